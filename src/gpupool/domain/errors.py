@@ -1,0 +1,44 @@
+"""Errors with stable codes: the code is what clients and tests match on, the message is for people."""
+
+from __future__ import annotations
+
+
+class GpupoolError(Exception):
+    """Base of every error gpupool raises on purpose."""
+
+    code: str = "GPUPOOL_ERROR"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InputError(GpupoolError):
+    """Input from outside (a file, a tool's output, a request) that cannot be used as given.
+
+    ``source`` names where it came from (a path, or a description such as ``<stdin>``) and ``line``
+    the 1-based line number when the problem sits on one line, so the message can point at it.
+    """
+
+    code = "INPUT_ERROR"
+
+    def __init__(self, message: str, *, source: str = "", line: int | None = None) -> None:
+        self.source = source
+        self.line = line
+        where = source
+        if line is not None:
+            where = f"{source}:{line}" if source else f"line {line}"
+        super().__init__(f"{where}: {message}" if where else message)
+        self.reason = message
+
+
+class ParseError(InputError):
+    """A tool's output that does not follow the format it claims to be in."""
+
+    code = "PARSE_ERROR"
+
+
+class FabricError(GpupoolError):
+    """A fabric that is inconsistent (a link to an undeclared node, a duplicate name, ...)."""
+
+    code = "FABRIC_INVALID"
