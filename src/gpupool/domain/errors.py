@@ -42,3 +42,21 @@ class FabricError(GpupoolError):
     """A fabric that is inconsistent (a link to an undeclared node, a duplicate name, ...)."""
 
     code = "FABRIC_INVALID"
+
+
+class JobSpecError(InputError):
+    """A job specification that cannot be scheduled as written (zero tasks, a fraction over one GPU, ...)."""
+
+    code = "JOB_SPEC_INVALID"
+
+
+class TransitionError(GpupoolError):
+    """A state change that the job or node state machine does not allow (finishing a job that never ran)."""
+
+    code = "INVALID_TRANSITION"
+
+
+class UnknownNameError(GpupoolError):
+    """A queue policy, placer or other registry entry asked for by a name that is not registered."""
+
+    code = "UNKNOWN_NAME"

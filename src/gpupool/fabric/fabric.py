@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -49,7 +50,10 @@ class _UnionFind:
         return [dense.setdefault(self.find(i), len(dense)) for i in range(len(self.parent))]
 
 
-def _readonly(a: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
+_A = TypeVar("_A", bound=npt.NDArray[Any])
+
+
+def _readonly(a: _A) -> _A:
     a.setflags(write=False)
     return a
 
@@ -63,37 +67,37 @@ class Fabric:
     """An immutable fabric. Build it with the constructor; every derived fact is computed there."""
 
     __slots__ = (
-        "name",
-        "switches",
-        "hcas",
-        "hosts",
-        "links",
-        "_switch_ix",
-        "_hca_ix",
-        "_host_ix",
-        "hca_leaf",
-        "hca_host",
-        "host_leaves",
-        "leaf_hosts",
-        "switch_up_gbps",
-        "switch_down_gbps",
-        "su_leaves",
-        "leaf_su",
-        "leaf_rail",
-        "rail_count",
-        "host_rail_hca",
         "_domain_ids",
-        "_tier_ids",
-        "_hca_tier_ids",
-        "host_nic_gbps",
-        "hca_rate",
-        "host_intra_gbps",
-        "host_spine_factor",
-        "host_core_factor",
-        "hca_spine_factor",
-        "hca_core_factor",
-        "_hosts_under_cache",
         "_down",
+        "_hca_ix",
+        "_hca_tier_ids",
+        "_host_ix",
+        "_hosts_under_cache",
+        "_switch_ix",
+        "_tier_ids",
+        "hca_core_factor",
+        "hca_host",
+        "hca_leaf",
+        "hca_rate",
+        "hca_spine_factor",
+        "hcas",
+        "host_core_factor",
+        "host_intra_gbps",
+        "host_leaves",
+        "host_nic_gbps",
+        "host_rail_hca",
+        "host_spine_factor",
+        "hosts",
+        "leaf_hosts",
+        "leaf_rail",
+        "leaf_su",
+        "links",
+        "name",
+        "rail_count",
+        "su_leaves",
+        "switch_down_gbps",
+        "switch_up_gbps",
+        "switches",
     )
 
     def __init__(
@@ -153,7 +157,9 @@ class Fabric:
                     raise FabricError(f"HCA {g} belongs to two hosts")
                 hca_host[i] = h
             if host.gpu_hca and len(host.gpu_hca) != len(host.gpus):
-                raise FabricError(f"host {host.name}: gpu_hca has {len(host.gpu_hca)} entries for {len(host.gpus)} GPUs")
+                raise FabricError(
+                    f"host {host.name}: gpu_hca has {len(host.gpu_hca)} entries for {len(host.gpus)} GPUs"
+                )
         self.hca_host: IntArray = _readonly(hca_host)
 
     def _wire(self, sw_in: tuple[Switch, ...]) -> tuple[list[dict[int, float]], list[set[int]]]:
@@ -166,7 +172,9 @@ class Fabric:
         for link in self.links:
             for p in (link.a, link.b):
                 if p.node not in self._switch_ix and p.node not in self._hca_ix:
-                    raise FabricError(f"link {link.a.node}[{link.a.port}] - {link.b.node}[{link.b.port}] names undeclared node {p.node}")
+                    raise FabricError(
+                        f"link {link.a.node}[{link.a.port}] - {link.b.node}[{link.b.port}] names undeclared node {p.node}"
+                    )
                 key = (p.node, p.port)
                 if key in seen_ports:
                     raise FabricError(f"port {p.node}[{p.port}] is used by two links")
@@ -231,9 +239,9 @@ class Fabric:
 
     def _derive_leaves(self, hca_leaf_set: list[set[int]]) -> None:
         hca_leaf = np.full(len(self.hcas), -1, dtype=np.int32)
-        for i, leaves in enumerate(hca_leaf_set):
-            if leaves:
-                hca_leaf[i] = min(leaves)  # a dual-ported HCA on two leaves is placed by its first
+        for i, attached in enumerate(hca_leaf_set):
+            if attached:
+                hca_leaf[i] = min(attached)  # a dual-ported HCA on two leaves is placed by its first
         self.hca_leaf: IntArray = _readonly(hca_leaf)
         leaf_hosts: dict[int, set[int]] = defaultdict(set)
         host_leaves: list[tuple[int, ...]] = []
@@ -254,11 +262,11 @@ class Fabric:
         unattributed HCA therefore does not split an SU. A leaf's rail is its rank inside its SU by the most
         common device ordinal of the HCAs on it (``mlx5_5`` -> 5, ``HCA-6`` -> 6), then by switch name.
         """
-        leaves = [s for s, sw in enumerate(self.switches) if sw.tier == Tier.LEAF and s in self.leaf_hosts]
-        pos = {s: i for i, s in enumerate(leaves)}
-        uf = _UnionFind(len(leaves))
+        leaf_list = [s for s, sw in enumerate(self.switches) if sw.tier == Tier.LEAF and s in self.leaf_hosts]
+        pos = {s: i for i, s in enumerate(leaf_list)}
+        uf = _UnionFind(len(leaf_list))
         by_host: dict[int, list[int]] = defaultdict(list)
-        for s in leaves:
+        for s in leaf_list:
             for h in self.leaf_hosts[s]:
                 by_host[h].append(s)
         pair_shared: Counter[tuple[int, int]] = Counter()
@@ -273,7 +281,7 @@ class Fabric:
                 uf.union(pos[a], pos[b])
         labels = uf.labels()
         su_leaves_l: dict[int, list[int]] = defaultdict(list)
-        for s in leaves:
+        for s in leaf_list:
             su_leaves_l[labels[pos[s]]].append(s)
 
         def rail_key(s: int) -> tuple[int, str]:
@@ -308,6 +316,7 @@ class Fabric:
         n = len(self.hosts)
         n_sw = len(self.switches)
         n_hca = len(self.hcas)
+
         # Switch components at and below each tier: leaves joined by spines give spine groups; all give core.
         def switch_components(max_tier: int) -> list[int]:
             uf = _UnionFind(n_sw)
@@ -364,27 +373,27 @@ class Fabric:
         self._hca_tier_ids: IntArray = _readonly(np.stack([hca_ids, leaf_of, spine_of, core_of]).astype(np.int32))
 
         # Bottleneck bandwidth model: one rail's NIC rate, divided by the oversubscription of the tiers crossed.
+        over = np.maximum(self.oversubscription_array(), 1.0)
+        leaf_spine_f = over.copy()  # crossing a leaf's uplinks
+        leaf_core_f = np.ones(n_sw, dtype=np.float64)  # ... and then the worst spine's uplinks above it
+        for s in range(n_sw):
+            if tiers[s] == int(Tier.LEAF):
+                leaf_core_f[s] = over[s] * max(
+                    (over[t] for t in adjacency[s] if tiers[t] == int(Tier.SPINE)), default=1.0
+                )
         nic = np.zeros(n, dtype=np.float64)
         spine_f = np.ones(n, dtype=np.float64)
         core_f = np.ones(n, dtype=np.float64)
-        over = self.oversubscription_array()
-        spines_above: dict[int, list[int]] = defaultdict(list)
-        for s in range(n_sw):
-            if tiers[s] == int(Tier.LEAF):
-                spines_above[s] = [t for t in adjacency[s] if tiers[t] == int(Tier.SPINE)]
         for h, host in enumerate(self.hosts):
-            rates = [self.hca_rate[self._hca_ix[g]] for g in host.hcas]
-            nic[h] = max(rates, default=0.0)
-            leaves = self.host_leaves[h]
-            spine_f[h] = max((max(over[s], 1.0) for s in leaves), default=1.0)
-            core_f[h] = spine_f[h] * max(
-                (max(over[t], 1.0) for s in leaves for t in spines_above[s]), default=1.0
-            )
-        hca_spine = np.array([max(over[s], 1.0) if s >= 0 else 1.0 for s in hca_sw], dtype=np.float64)
-        hca_core = hca_spine * np.array(
-            [max((max(over[t], 1.0) for t in spines_above[s]), default=1.0) if s >= 0 else 1.0 for s in hca_sw],
-            dtype=np.float64,
-        )
+            nic[h] = max((self.hca_rate[self._hca_ix[g]] for g in host.hcas), default=0.0)
+            leaves = list(self.host_leaves[h])
+            if leaves:
+                spine_f[h] = leaf_spine_f[leaves].max()
+                core_f[h] = leaf_core_f[leaves].max()
+        attached = hca_sw >= 0
+        safe = np.where(attached, hca_sw, 0)
+        hca_spine = np.where(attached, leaf_spine_f[safe], 1.0)
+        hca_core = np.where(attached, leaf_core_f[safe], 1.0)
         self.host_nic_gbps: FloatArray = _readonly(nic)
         self.host_intra_gbps: FloatArray = _readonly(
             np.array([h.nvlink_gbps if h.nvlink_gbps > 0 else 0.0 for h in self.hosts], dtype=np.float64)
@@ -451,7 +460,8 @@ class Fabric:
 
         For ``Domain.NVLINK`` an id of -1 means the host's GPUs are not one NVLink island.
         """
-        return self._domain_ids[int(level)]
+        row: IntArray = self._domain_ids[int(level)]
+        return row
 
     # ---------------------------------------------------------------- pair queries (hot path)
 

@@ -129,11 +129,13 @@ def superpod(sus: int, spec: ServerSpec = DGX_H100, *, name: str | None = None) 
     group_spines: list[list[str]] = []
     for gi, group in enumerate(groups):
         n_spines = SUPERPOD_SPINES[len(group)] if sus <= 4 else 32
-        spines = [b.switch(f"spine-{gi + 1:02d}-{s + 1:02d}" if sus > 4 else f"spine-{s + 1:02d}") for s in range(n_spines)]
+        spines = [
+            b.switch(f"spine-{gi + 1:02d}-{s + 1:02d}" if sus > 4 else f"spine-{s + 1:02d}") for s in range(n_spines)
+        ]
         group_spines.append(spines)
         for su in group:
             leaves = [b.switch(f"leaf-su{su + 1:02d}-rail{r + 1}") for r in range(rails)]
-            for slot in range(SUPERPOD_NODES_PER_SU):
+            for _slot in range(SUPERPOD_NODES_PER_SU):
                 if node >= total_slots:
                     break
                 node += 1
@@ -168,12 +170,17 @@ def leaf_spine(
         raise FabricError("leaves, spines and hosts per leaf must be >= 1 and oversubscription > 0")
     base = spec or DGX_H100
     spec = ServerSpec(
-        gpus=gpus_per_host, gpu_model=base.gpu_model, gpu_memory_mib=base.gpu_memory_mib,
-        nvlink_gbps=base.nvlink_gbps, hcas=1, cpu_millicores=base.cpu_millicores, memory_mib=base.memory_mib,
+        gpus=gpus_per_host,
+        gpu_model=base.gpu_model,
+        gpu_memory_mib=base.gpu_memory_mib,
+        nvlink_gbps=base.nvlink_gbps,
+        hcas=1,
+        cpu_millicores=base.cpu_millicores,
+        memory_mib=base.memory_mib,
     )
     b = _Builder("ls")
     spine_ids = [b.switch(f"spine-{s + 1:02d}", ports=max(64, leaves * 2)) for s in range(spines)]
-    uplinks = max(1, -(-hosts_per_leaf * 1000 // int(round(oversubscription * 1000))))
+    uplinks = max(1, -(-hosts_per_leaf * 1000 // round(oversubscription * 1000)))
     node = 0
     width = len(str(leaves * hosts_per_leaf))
     for li in range(leaves):
@@ -192,8 +199,13 @@ def fat_tree(k: int, gpus_per_host: int = 8, spec: ServerSpec | None = None, *, 
         raise FabricError(f"a k-ary fat-tree needs an even k >= 2, got {k}")
     base = spec or DGX_H100
     spec = ServerSpec(
-        gpus=gpus_per_host, gpu_model=base.gpu_model, gpu_memory_mib=base.gpu_memory_mib,
-        nvlink_gbps=base.nvlink_gbps, hcas=1, cpu_millicores=base.cpu_millicores, memory_mib=base.memory_mib,
+        gpus=gpus_per_host,
+        gpu_model=base.gpu_model,
+        gpu_memory_mib=base.gpu_memory_mib,
+        nvlink_gbps=base.nvlink_gbps,
+        hcas=1,
+        cpu_millicores=base.cpu_millicores,
+        memory_mib=base.memory_mib,
     )
     half = k // 2
     b = _Builder("ft")

@@ -28,8 +28,14 @@ def to_dict(fabric: Fabric) -> dict[str, Any]:
         ],
         "hcas": [
             {
-                "guid": h.guid, "name": h.name, "description": h.description, "lid": h.lid,
-                "rate_gbps": h.rate_gbps, "host": h.host, "link_layer": h.link_layer, "numa_node": h.numa_node,
+                "guid": h.guid,
+                "name": h.name,
+                "description": h.description,
+                "lid": h.lid,
+                "rate_gbps": h.rate_gbps,
+                "host": h.host,
+                "link_layer": h.link_layer,
+                "numa_node": h.numa_node,
             }
             for h in fabric.hcas
         ],
@@ -38,9 +44,14 @@ def to_dict(fabric: Fabric) -> dict[str, Any]:
                 "name": h.name,
                 "gpus": [
                     {
-                        "index": g.index, "model": g.model, "memory_mib": g.memory_mib,
-                        "nvlink_island": g.nvlink_island, "numa_node": g.numa_node, "uuid": g.uuid,
-                        "pci_bus_id": g.pci_bus_id, "mig_mode": g.mig_mode,
+                        "index": g.index,
+                        "model": g.model,
+                        "memory_mib": g.memory_mib,
+                        "nvlink_island": g.nvlink_island,
+                        "numa_node": g.numa_node,
+                        "uuid": g.uuid,
+                        "pci_bus_id": g.pci_bus_id,
+                        "mig_mode": g.mig_mode,
                     }
                     for g in h.gpus
                 ],
@@ -54,7 +65,8 @@ def to_dict(fabric: Fabric) -> dict[str, Any]:
             for h in fabric.hosts
         ],
         "links": [
-            [l.a.node, l.a.port, l.b.node, l.b.port, l.width, l.speed] for l in fabric.links  # noqa: E741
+            [l.a.node, l.a.port, l.b.node, l.b.port, l.width, l.speed]
+            for l in fabric.links  # noqa: E741
         ],
         "derived": {
             "tiers": {s.guid: s.tier.name.lower() for s in fabric.switches},
@@ -68,16 +80,26 @@ def from_dict(data: Any, source: str = "<json>") -> Fabric:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise InputError(f"not a {FORMAT} document (missing or wrong 'format')", source=source)
     if data.get("version") != VERSION:
-        raise InputError(f"unsupported {FORMAT} version {data.get('version')!r}; this build reads {VERSION}", source=source)
+        raise InputError(
+            f"unsupported {FORMAT} version {data.get('version')!r}; this build reads {VERSION}", source=source
+        )
     where = "switches"
     try:
-        switches = [Switch(str(s["guid"]), str(s["name"]), int(s["ports"]), str(s.get("model", "")), int(s.get("lid", 0))) for s in data["switches"]]
+        switches = [
+            Switch(str(s["guid"]), str(s["name"]), int(s["ports"]), str(s.get("model", "")), int(s.get("lid", 0)))
+            for s in data["switches"]
+        ]
         where = "hcas"
         hcas = [
             Hca(
-                guid=str(h["guid"]), name=str(h.get("name", "")), description=str(h.get("description", "")),
-                lid=int(h.get("lid", 0)), rate_gbps=float(h.get("rate_gbps", 0.0)), host=h.get("host"),
-                link_layer=str(h.get("link_layer", "InfiniBand")), numa_node=int(h.get("numa_node", -1)),
+                guid=str(h["guid"]),
+                name=str(h.get("name", "")),
+                description=str(h.get("description", "")),
+                lid=int(h.get("lid", 0)),
+                rate_gbps=float(h.get("rate_gbps", 0.0)),
+                host=h.get("host"),
+                link_layer=str(h.get("link_layer", "InfiniBand")),
+                numa_node=int(h.get("numa_node", -1)),
             )
             for h in data["hcas"]
         ]
@@ -87,9 +109,13 @@ def from_dict(data: Any, source: str = "<json>") -> Fabric:
                 name=str(h["name"]),
                 gpus=tuple(
                     Gpu(
-                        index=int(g["index"]), model=str(g["model"]), memory_mib=int(g["memory_mib"]),
-                        nvlink_island=int(g.get("nvlink_island", 0)), numa_node=int(g.get("numa_node", 0)),
-                        uuid=str(g.get("uuid", "")), pci_bus_id=str(g.get("pci_bus_id", "")),
+                        index=int(g["index"]),
+                        model=str(g["model"]),
+                        memory_mib=int(g["memory_mib"]),
+                        nvlink_island=int(g.get("nvlink_island", 0)),
+                        numa_node=int(g.get("numa_node", 0)),
+                        uuid=str(g.get("uuid", "")),
+                        pci_bus_id=str(g.get("pci_bus_id", "")),
                         mig_mode=bool(g.get("mig_mode", False)),
                     )
                     for g in h.get("gpus", [])
@@ -104,7 +130,9 @@ def from_dict(data: Any, source: str = "<json>") -> Fabric:
             for h in data["hosts"]
         ]
         where = "links"
-        links = [Link(Port(str(a), int(ap)), Port(str(b), int(bp)), int(w), str(sp)) for a, ap, b, bp, w, sp in data["links"]]
+        links = [
+            Link(Port(str(a), int(ap)), Port(str(b), int(bp)), int(w), str(sp)) for a, ap, b, bp, w, sp in data["links"]
+        ]
     except (KeyError, TypeError, ValueError) as e:
         raise InputError(f"malformed '{where}' section: {type(e).__name__}: {e}", source=source) from e
     return Fabric(switches=switches, hcas=hcas, hosts=hosts, links=links, name=str(data.get("name", "fabric")))

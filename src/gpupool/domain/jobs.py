@@ -1,0 +1,145 @@
+"""Job specifications as users submit them, and the allocations the scheduler gives them.
+
+Value types only: frozen, slotted, validated on construction. Units are in the names (``memory_mib``,
+``estimated_runtime_s``); times are seconds on whatever clock the caller uses (wall clock in the server,
+simulated clock in the simulator), never read here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+
+from gpupool.domain.errors import JobSpecError
+
+MILLI_PER_GPU = 1000
+
+
+class PriorityClass(IntEnum):
+    """Priority classes, lowest first. ``REALTIME`` is latency-bound inference: it also gets the healthiest GPUs."""
+
+    BEST_EFFORT = 0
+    BATCH = 1
+    NORMAL = 2
+    HIGH = 3
+    REALTIME = 4
+
+
+class Scope(StrEnum):
+    """Topology scopes a job can ask for, smallest first."""
+
+    NVLINK = "nvlink"  # every GPU of the job in one NVLink island (one host, or one multi-node NVLink domain)
+    LEAF = "leaf"  # every host under one leaf (in a rail-optimised SU: the same rail leaves)
+    SU = "su"  # every host in one scalable unit
+    ANY = "any"
+
+
+class TopologyMode(StrEnum):
+    REQUIRED = "required"  # wait rather than cross the scope
+    PREFERRED = "preferred"  # try inside the scope first, cross it when it does not fit
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyRequirement:
+    scope: Scope = Scope.ANY
+    mode: TopologyMode = TopologyMode.PREFERRED
+
+    @property
+    def required(self) -> bool:
+        return self.mode is TopologyMode.REQUIRED and self.scope is not Scope.ANY
+
+
+@dataclass(frozen=True, slots=True)
+class GpuShare:
+    """A fraction of one GPU: compute in milli-GPU (1..1000) and/or GPU memory in MiB (0: no memory claim)."""
+
+    milli_gpu: int = 0
+    memory_mib: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job: a gang of ``tasks`` tasks of ``gpus_per_task`` GPUs each (or of one ``share`` of a GPU each).
+
+    All tasks start together or none does; tasks may share a host when it has room for several. CPU and
+    memory are per task and are checked against the host's. ``gpu_models`` empty means any model;
+    ``node_selector`` pairs must all match the host's labels.
+    """
+
+    job_id: str
+    submit_time_s: float = 0.0
+    tasks: int = 1
+    gpus_per_task: int = 1
+    name: str = ""
+    tenant: str = "default"
+    pool: str = "default"
+    priority: PriorityClass = PriorityClass.NORMAL
+    cpu_millicores: int = 0
+    memory_mib: int = 0
+    share: GpuShare | None = None
+    gpu_models: tuple[str, ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    topology: TopologyRequirement = field(default_factory=TopologyRequirement)
+    rail_aligned: bool = False
+    preemptible: bool = False
+    estimated_runtime_s: float | None = None
+    deadline_s: float | None = None
+
+    def __post_init__(self) -> None:
+        where = self.job_id or "<job>"
+        if not self.job_id:
+            raise JobSpecError("job_id must not be empty", source=where)
+        if self.tasks < 1:
+            raise JobSpecError(f"tasks must be >= 1, got {self.tasks}", source=where)
+        if self.cpu_millicores < 0 or self.memory_mib < 0:
+            raise JobSpecError("cpu_millicores and memory_mib must be >= 0", source=where)
+        if self.share is None:
+            if self.gpus_per_task < 1:
+                raise JobSpecError(f"gpus_per_task must be >= 1, got {self.gpus_per_task}", source=where)
+        else:
+            if self.gpus_per_task != 1:
+                raise JobSpecError("a fractional task uses a share of exactly one GPU: gpus_per_task must be 1", source=where)
+            if not 0 <= self.share.milli_gpu <= MILLI_PER_GPU or self.share.memory_mib < 0:
+                raise JobSpecError(f"milli_gpu must be in 0..1000 and memory_mib >= 0, got {self.share}", source=where)
+            if self.share.milli_gpu == 0 and self.share.memory_mib == 0:
+                raise JobSpecError("a GPU share must claim milli-GPU, GPU memory or both", source=where)
+        if self.estimated_runtime_s is not None and self.estimated_runtime_s <= 0:
+            raise JobSpecError("estimated_runtime_s must be > 0", source=where)
+
+    @property
+    def fractional(self) -> bool:
+        return self.share is not None
+
+    @property
+    def total_gpus(self) -> int:
+        """Whole GPUs the job holds (0 for a fractional job)."""
+        return 0 if self.share is not None else self.tasks * self.gpus_per_task
+
+    @property
+    def gpu_milli(self) -> int:
+        """The job's GPU demand in milli-GPU, whole or fractional: the unit fairness and service are counted in."""
+        per_task = self.share.milli_gpu if self.share is not None else self.gpus_per_task * MILLI_PER_GPU
+        return self.tasks * per_task
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAllocation:
+    """Where one task runs: a host, the GPU indices it holds and how much of each (1000 milli = whole)."""
+
+    host: str
+    gpus: tuple[int, ...]
+    milli_gpu: int = MILLI_PER_GPU
+    gpu_memory_mib: int = 0  # for a share: the GPU memory claimed; 0 for whole GPUs (they hold all of it)
+    cpu_millicores: int = 0
+    memory_mib: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    job_id: str
+    tasks: tuple[TaskAllocation, ...]
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Distinct hosts in first-use order."""
+        return tuple(dict.fromkeys(t.host for t in self.tasks))
