@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gpupool.domain.errors import InputError
+from gpupool.domain.errors import FabricError, InputError
 from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.model import Gpu, Hca, Host, Link, Port, Switch
 
@@ -135,7 +135,10 @@ def from_dict(data: Any, source: str = "<json>") -> Fabric:
         ]
     except (KeyError, TypeError, ValueError) as e:
         raise InputError(f"malformed '{where}' section: {type(e).__name__}: {e}", source=source) from e
-    return Fabric(switches=switches, hcas=hcas, hosts=hosts, links=links, name=str(data.get("name", "fabric")))
+    try:
+        return Fabric(switches=switches, hcas=hcas, hosts=hosts, links=links, name=str(data.get("name", "fabric")))
+    except FabricError as e:
+        raise InputError(f"inconsistent fabric: {e.message}", source=source) from e
 
 
 def dumps(fabric: Fabric) -> str:
