@@ -80,3 +80,28 @@ def test_trace_job_derives_gpus_per_task_and_checks_itself() -> None:
         TraceJob("j", 0.0, 1.0, gpus=1, kind="serving")
     with pytest.raises(JobSpecError, match="needs a deadline"):
         TraceJob("j", 0.0, 1.0, gpus=1, deadline_kind=DeadlineKind.STRICT)
+
+
+def test_shifted_moves_times_and_keeps_every_other_field() -> None:
+    job = TraceJob(
+        "j",
+        100.0,
+        50.0,
+        gpus=4,
+        tasks=2,
+        gpu_milli=1000,
+        gpu_memory_mib=8192,
+        cpu_milli=3000,
+        memory_mib=2048,
+        gpu_model="H100",
+        tenant="t",
+        kind="batch",
+        deadline_s=400.0,
+        deadline_kind=DeadlineKind.SOFT,
+        status="done",
+        model_name="bert",
+    )
+    assert job.shifted(0.0) == job
+    moved = job.shifted(100.0)
+    assert (moved.submit_s, moved.deadline_s) == (0.0, 300.0)
+    assert moved == TraceJob(**{**{f: getattr(job, f) for f in job.__slots__}, "submit_s": 0.0, "deadline_s": 300.0})

@@ -60,6 +60,28 @@ class TraceJob:
         if problem:
             raise JobSpecError(f"job {self.job_id!r}: {problem}")
 
+    def shifted(self, by_s: float) -> TraceJob:
+        """The same job with its times moved ``by_s`` earlier (spelt out: ``dataclasses.replace`` is 3x slower)."""
+        return TraceJob(
+            self.job_id,
+            self.submit_s - by_s,
+            self.duration_s,
+            self.gpus,
+            self.tasks,
+            self.gpus_per_task,
+            self.gpu_milli,
+            self.gpu_memory_mib,
+            self.cpu_milli,
+            self.memory_mib,
+            self.gpu_model,
+            self.tenant,
+            self.kind,
+            None if self.deadline_s is None else self.deadline_s - by_s,
+            self.deadline_kind,
+            self.status,
+            self.model_name,
+        )
+
     def _problem(self) -> str:
         if not self.job_id:
             return "empty job id"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -171,9 +170,6 @@ def make_trace(
     """Shift times so the first submission is at 0 s and sort by submission, keeping file order among ties."""
     origin = min((j.submit_s for j in jobs), default=0.0)
     if origin != 0.0:
-        jobs = [
-            replace(j, submit_s=j.submit_s - origin, deadline_s=None if j.deadline_s is None else j.deadline_s - origin)
-            for j in jobs
-        ]
+        jobs = [j.shifted(origin) for j in jobs]
     jobs.sort(key=lambda j: j.submit_s)
     return Trace(name=name, format=fmt, jobs=tuple(jobs), nodes=tuple(nodes), bad_rows=tuple(bad), origin_s=origin)
