@@ -390,10 +390,9 @@ class Fabric:
             if leaves:
                 spine_f[h] = leaf_spine_f[leaves].max()
                 core_f[h] = leaf_core_f[leaves].max()
-        attached = hca_sw >= 0
-        safe = np.where(attached, hca_sw, 0)
-        hca_spine = np.where(attached, leaf_spine_f[safe], 1.0)
-        hca_core = np.where(attached, leaf_core_f[safe], 1.0)
+        # Pad by one so an HCA on no switch (index -1) reads a neutral factor, even with no switches at all.
+        hca_spine = np.append(leaf_spine_f, 1.0)[hca_sw]
+        hca_core = np.append(leaf_core_f, 1.0)[hca_sw]
         self.host_nic_gbps: FloatArray = _readonly(nic)
         self.host_intra_gbps: FloatArray = _readonly(
             np.array([h.nvlink_gbps if h.nvlink_gbps > 0 else 0.0 for h in self.hosts], dtype=np.float64)
