@@ -49,7 +49,7 @@ def test_bad_encoding_is_a_bad_row_at_its_own_line(tmp_path: Path) -> None:
 def test_broken_csv_quoting_is_a_bad_row(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_bytes(b"job_id,submission_time,duration,num_gpu\na,0,60,1\nb,1,6\x000,1\nc,2,60,1\n")
-    with pytest.raises(ParseError) as err:
+    with pytest.raises(ParseError, match="not CSV") as err:
         load_trace(path, "itp")
     assert err.value.line == 3
     assert [j.job_id for j in load_trace(path, "itp", skip_bad_rows=True).jobs] == ["a", "c"]

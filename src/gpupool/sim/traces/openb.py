@@ -3,8 +3,7 @@
 Convention: ``load_openb`` takes the path of a pod list (``openb_pod_list_<variant>.csv``) and reads the
 nodes from ``openb_node_list_gpu_node.csv`` in the same folder (the 1,213 GPU nodes, 6,212 GPUs, that the
 FGD simulator uses), or from ``openb_node_list_all_node.csv`` (which adds 310 CPU-only nodes) when only that
-one is there. Pass ``nodes=`` to choose another node list; ``nodes=False``-like behaviour is not offered,
-because a pack run always needs its nodes.
+one is there. Pass ``nodes=`` to choose another node list (``gpupool sim pack --nodes``).
 """
 
 from __future__ import annotations

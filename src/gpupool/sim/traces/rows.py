@@ -67,10 +67,10 @@ def check_path(path: str | Path) -> Path:
     return p
 
 
-def _rows(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """(1-based line, fields) for every non-blank line; the header is line 1."""
+def _rows(path: Path) -> Iterator[tuple[int, list[str], str]]:
+    """(1-based line, fields, problem) for every non-blank line; the header is line 1, problem is "" if none."""
     # surrogateescape keeps reading past bytes that are not UTF-8, so one bad row is reported at its own line
-    # instead of the whole file failing at some buffer boundary; the row check below finds them.
+    # instead of the whole file failing at some buffer boundary; _encoding_problem finds them.
     with path.open(encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         reader = csv.reader(f)
         while True:
@@ -78,16 +78,14 @@ def _rows(path: Path) -> Iterator[tuple[int, list[str]]]:
                 row = next(reader)
             except StopIteration:
                 return
-            except csv.Error as e:
-                yield reader.line_num, [f"\x00csv error: {e}"]
+            except csv.Error as e:  # the reader carries on with the next line after this
+                yield reader.line_num, [], f"not CSV: {e}"
                 continue
             if row:
-                yield reader.line_num, row
+                yield reader.line_num, row, _encoding_problem(row)
 
 
 def _encoding_problem(row: list[str]) -> str:
-    if row and row[0].startswith("\x00csv error: "):
-        return row[0][1:]
     for field in row:
         if not field.isascii():
             try:
@@ -117,15 +115,14 @@ def collect(
     first = next(rows, None)
     if first is None:
         raise ParseError("empty file: expected a header line", source=source, line=1)
-    header_line, header = first
-    problem = _encoding_problem(header)
+    header_line, header, problem = first
     if problem:
         raise ParseError(problem, source=source, line=header_line)
     names = [h.strip() for h in header]
     missing = [c for c in required if c not in names]
     if missing:
         raise ParseError(
-            f"header lacks column(s) {', '.join(missing)}; it has {', '.join(names)}", source=source, line=1
+            f"header lacks column(s) {', '.join(missing)}; it has {', '.join(names)}", source=source, line=header_line
         )
     columns = {n: names.index(n) for n in (*required, *optional) if n in names}
     parse = make_parser(columns)
@@ -135,9 +132,8 @@ def collect(
     seen: set[str] = set()
     if limit is not None and limit <= 0:
         return records, bad
-    for line, row in rows:
+    for line, row, problem in rows:
         try:
-            problem = _encoding_problem(row)
             if problem:
                 raise RowError(problem)
             if len(row) != width:
