@@ -60,3 +60,9 @@ class UnknownNameError(GpupoolError):
     """A queue policy, placer or other registry entry asked for by a name that is not registered."""
 
     code = "UNKNOWN_NAME"
+
+
+class CapacityConflictError(GpupoolError):
+    """An allocation that does not fit the cluster as it is (a GPU already given, a host that is down)."""
+
+    code = "CAPACITY_CONFLICT"

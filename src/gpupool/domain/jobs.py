@@ -98,7 +98,9 @@ class JobSpec:
                 raise JobSpecError(f"gpus_per_task must be >= 1, got {self.gpus_per_task}", source=where)
         else:
             if self.gpus_per_task != 1:
-                raise JobSpecError("a fractional task uses a share of exactly one GPU: gpus_per_task must be 1", source=where)
+                raise JobSpecError(
+                    "a fractional task uses a share of exactly one GPU: gpus_per_task must be 1", source=where
+                )
             if not 0 <= self.share.milli_gpu <= MILLI_PER_GPU or self.share.memory_mib < 0:
                 raise JobSpecError(f"milli_gpu must be in 0..1000 and memory_mib >= 0, got {self.share}", source=where)
             if self.share.milli_gpu == 0 and self.share.memory_mib == 0:

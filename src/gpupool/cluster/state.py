@@ -1,0 +1,272 @@
+"""Live cluster state and its one reducer, ``ClusterState.apply(event)``.
+
+The server and the simulator feed it the same events; ``snapshot()`` hands the scheduler an immutable
+copy. The fabric index is shared; only per-GPU and per-host arrays are owned and copied.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import numpy as np
+
+from gpupool.cluster.health import HealthRules
+from gpupool.cluster.index import FabricIndex
+from gpupool.cluster.snapshot import (
+    LINK_DEGRADED,
+    LINK_DOWN,
+    LINK_UP,
+    NODE_DRAINED,
+    NODE_LOST,
+    NODE_UP,
+    ClusterSnapshot,
+    RunningJob,
+)
+from gpupool.domain.errors import CapacityConflictError, TransitionError
+from gpupool.domain.events import (
+    Event,
+    GpuHealthChanged,
+    HealthGrade,
+    JobCancelled,
+    JobFinished,
+    JobPlaced,
+    JobPreempted,
+    JobStarted,
+    JobSubmitted,
+    LinkHealthChanged,
+    LinkState,
+    NodeDrained,
+    NodeLabelled,
+    NodeLost,
+    NodeRestored,
+    PortCountersReported,
+    TelemetryReported,
+)
+from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec
+from gpupool.domain.states import JOB_TRANSITIONS, NODE_TRANSITIONS, JobState, NodeState, transition
+from gpupool.fabric.fabric import Fabric
+
+_NODE_CODE = {NodeState.UP: NODE_UP, NodeState.DRAINED: NODE_DRAINED, NodeState.LOST: NODE_LOST}
+_LINK_CODE = {LinkState.UP: LINK_UP, LinkState.DEGRADED: LINK_DEGRADED, LinkState.DOWN: LINK_DOWN}
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    c = a.copy()
+    c.setflags(write=False)
+    return c
+
+
+class ClusterState:
+    """Mutable live state. Not thread-safe: one owner applies events in order."""
+
+    def __init__(
+        self, fabric: Fabric | FabricIndex, rules: HealthRules | None = None, *, index: FabricIndex | None = None
+    ) -> None:
+        self.index = fabric if isinstance(fabric, FabricIndex) else (index or FabricIndex(fabric))
+        self.rules = rules or HealthRules()
+        ix = self.index
+        n, g = ix.n_hosts, ix.max_gpus
+        n_sw = len(ix.fabric.switches)
+        self._used_milli = np.zeros((n, g), dtype=np.int64)
+        self._used_mem = np.zeros((n, g), dtype=np.int64)
+        self._reported_grade = np.zeros((n, g), dtype=np.int64)
+        self._temp = np.full((n, g), np.nan, dtype=np.float64)
+        self._cpu_used = np.zeros(n, dtype=np.int64)
+        self._mem_used = np.zeros(n, dtype=np.int64)
+        self._node = [NodeState.UP] * n
+        self._labels: list[frozenset[tuple[str, str]]] = [frozenset()] * n
+        self._congestion = np.zeros(n_sw, dtype=np.float64)
+        self._erroring = np.zeros(n_sw, dtype=np.bool_)
+        self._link = np.zeros(n_sw, dtype=np.int64)
+        self._counters: dict[int, tuple[float, int, int]] = {}
+        self._jobs: dict[str, JobState] = {}
+        self._specs: dict[str, JobSpec] = {}
+        self._pending: dict[str, JobSpec] = {}
+        self._running: dict[str, RunningJob] = {}
+        self._attained: dict[str, float] = {}
+        self.version = 0
+        self._snap: ClusterSnapshot | None = None
+
+    # ---------------------------------------------------------------- queries
+
+    def job_state(self, job_id: str) -> JobState | None:
+        return self._jobs.get(job_id)
+
+    def node_state(self, host: str) -> NodeState:
+        return self._node[self._host(host)]
+
+    # ---------------------------------------------------------------- the reducer
+
+    def apply(self, event: Event) -> None:
+        """Fold one event into the state. Raises on events that contradict it (a bug or a lost race)."""
+        match event:
+            case JobSubmitted(job=job):
+                if job.job_id in self._jobs:
+                    raise TransitionError(f"job {job.job_id}: submitted twice")
+                self._jobs[job.job_id] = JobState.PENDING
+                self._specs[job.job_id] = job
+                self._pending[job.job_id] = job
+            case JobPlaced(allocation=alloc, at_s=at):
+                placed = self._check_job(alloc.job_id, JobState.PLACED)
+                self._take(alloc)  # may raise: the job stays pending and the capacity untouched
+                self._jobs[alloc.job_id] = placed
+                spec = self._pending.pop(alloc.job_id)
+                self._running[alloc.job_id] = RunningJob(spec, alloc, at)
+            case JobStarted(job_id=job_id, at_s=at):
+                self._job_to(job_id, JobState.RUNNING)
+                r = self._running[job_id]
+                self._running[job_id] = RunningJob(r.spec, r.allocation, r.placed_at_s, at)
+            case JobFinished(job_id=job_id, at_s=at, succeeded=ok):
+                self._job_to(job_id, JobState.FINISHED if ok else JobState.FAILED)
+                self._end(job_id, at, requeue=False)
+            case JobCancelled(job_id=job_id, at_s=at):
+                self._job_to(job_id, JobState.CANCELLED)
+                if job_id in self._running:
+                    self._end(job_id, at, requeue=False)
+                else:
+                    self._pending.pop(job_id, None)
+            case JobPreempted(job_id=job_id, at_s=at):
+                self._job_to(job_id, JobState.PENDING)
+                self._end(job_id, at, requeue=True)
+            case NodeLost(host=host, at_s=at):
+                h = self._node_to(host, NodeState.LOST)
+                for job_id in [j for j, r in self._running.items() if any(t.host == host for t in r.allocation.tasks)]:
+                    self._job_to(job_id, JobState.PENDING)
+                    self._end(job_id, at, requeue=True)
+                self._temp[h] = np.nan
+            case NodeDrained(host=host):
+                self._node_to(host, NodeState.DRAINED)
+            case NodeRestored(host=host):
+                self._node_to(host, NodeState.UP)
+            case NodeLabelled(host=host, labels=labels):
+                self._labels[self._host(host)] = frozenset(labels)
+            case GpuHealthChanged(host=host, gpu=gpu, grade=grade):
+                self._reported_grade[self._host(host), gpu] = int(grade)
+            case LinkHealthChanged(switch=switch, state=state):
+                self._link[self._switch(switch)] = _LINK_CODE[state]
+            case TelemetryReported(host=host, gpu_temperature_c=temps):
+                h = self._host(host)
+                k = min(len(temps), self.index.max_gpus)
+                self._temp[h, :k] = temps[:k]
+            case PortCountersReported(switch=switch, port_xmit_wait=wait, symbol_errors=errs, at_s=at):
+                s = self._switch(switch)
+                prev = self._counters.get(s)
+                if prev is not None:
+                    dt = at - prev[0]
+                    self._congestion[s] = self.rules.congestion(wait - prev[1], dt)
+                    self._erroring[s] = self.rules.erroring(errs - prev[2], dt)
+                self._counters[s] = (at, wait, errs)
+            case _:
+                raise TypeError(f"not an event: {type(event).__name__}")
+        self.version += 1
+        self._snap = None
+
+    # ---------------------------------------------------------------- snapshots
+
+    def snapshot(self) -> ClusterSnapshot:
+        """An immutable copy; repeated calls without events in between return the same object."""
+        if self._snap is not None:
+            return self._snap
+        temp_grade = np.where(
+            self._temp >= self.rules.temp_bad_c,
+            int(HealthGrade.BAD),
+            np.where(self._temp >= self.rules.temp_degraded_c, int(HealthGrade.DEGRADED), int(HealthGrade.OK)),
+        )
+        self._snap = ClusterSnapshot(
+            index=self.index,
+            version=self.version,
+            gpu_used_milli=_ro(self._used_milli),
+            gpu_used_memory_mib=_ro(self._used_mem),
+            gpu_grade=_ro(np.maximum(self._reported_grade, temp_grade).astype(np.int64)),
+            gpu_temperature_c=_ro(self._temp),
+            host_cpu_used=_ro(self._cpu_used),
+            host_memory_used=_ro(self._mem_used),
+            node_state=_ro(np.array([_NODE_CODE[s] for s in self._node], dtype=np.int64)),
+            host_labels=tuple(self._labels),
+            switch_congestion=_ro(self._congestion),
+            switch_erroring=_ro(self._erroring),
+            switch_link_state=_ro(self._link),
+            running=MappingProxyType(dict(self._running)),
+            pending=tuple(self._pending.values()),
+            attained_gpu_s=MappingProxyType(dict(self._attained)),
+        )
+        return self._snap
+
+    # ---------------------------------------------------------------- helpers
+
+    def _host(self, name: str) -> int:
+        if not self.index.fabric.has_host(name):
+            raise CapacityConflictError(f"unknown host {name}")
+        return self.index.host_index(name)
+
+    def _switch(self, name: str) -> int:
+        s = self.index.switch_ix.get(name)
+        if s is None:
+            raise CapacityConflictError(f"unknown switch {name}")
+        return s
+
+    def _check_job(self, job_id: str, new: JobState) -> JobState:
+        current = self._jobs.get(job_id)
+        if current is None:
+            raise TransitionError(f"job {job_id}: unknown job")
+        return transition(JOB_TRANSITIONS, current, new, f"job {job_id}")
+
+    def _job_to(self, job_id: str, new: JobState) -> None:
+        self._jobs[job_id] = self._check_job(job_id, new)
+
+    def _node_to(self, host: str, new: NodeState) -> int:
+        h = self._host(host)
+        self._node[h] = transition(NODE_TRANSITIONS, self._node[h], new, f"node {host}")
+        return h
+
+    def _deltas(self, alloc: Allocation) -> list[tuple[int, list[int], int, int, int, int]]:
+        out = []
+        for t in alloc.tasks:
+            h = self._host(t.host)
+            if any(not 0 <= g < self.index.host_gpus[h] for g in t.gpus) or len(set(t.gpus)) != len(t.gpus):
+                raise CapacityConflictError(f"job {alloc.job_id}: bad GPU indices {t.gpus} on {t.host}")
+            out.append((h, list(t.gpus), t.milli_gpu, t.gpu_memory_mib, t.cpu_millicores, t.memory_mib))
+        return out
+
+    def _take(self, alloc: Allocation) -> None:
+        """Apply an allocation all or nothing: new rows are built and checked for the touched hosts only."""
+        rows: dict[int, tuple[np.ndarray, np.ndarray, int, int]] = {}
+        for h, gpus, milli, gmem, c, m in self._deltas(alloc):
+            if self._node[h] is not NodeState.UP:
+                raise CapacityConflictError(
+                    f"job {alloc.job_id}: host {self.index.host_name(h)} is {self._node[h].value}"
+                )
+            um, ug, uc, ue = rows.get(h) or (self._used_milli[h].copy(), self._used_mem[h].copy(), 0, 0)
+            whole = milli >= MILLI_PER_GPU and gmem == 0
+            um[gpus] += MILLI_PER_GPU if whole else milli
+            ug[gpus] += self.index.gpu_memory_mib[h, gpus] if whole else gmem
+            rows[h] = (um, ug, uc + c, ue + m)
+        for h, (um, ug, uc, ue) in rows.items():
+            if (
+                bool((um > MILLI_PER_GPU).any())
+                or bool((ug > self.index.gpu_memory_mib[h]).any())
+                or self._cpu_used[h] + uc > self.index.host_cpu_millicores[h]
+                or self._mem_used[h] + ue > self.index.host_memory_mib[h]
+            ):
+                raise CapacityConflictError(
+                    f"job {alloc.job_id}: allocation exceeds free capacity on {self.index.host_name(h)}"
+                )
+        for h, (um, ug, uc, ue) in rows.items():
+            self._used_milli[h] = um
+            self._used_mem[h] = ug
+            self._cpu_used[h] += uc
+            self._mem_used[h] += ue
+
+    def _end(self, job_id: str, at_s: float, *, requeue: bool) -> None:
+        r = self._running.pop(job_id)
+        for h, gpus, milli, gmem, c, m in self._deltas(r.allocation):
+            whole = milli >= MILLI_PER_GPU and gmem == 0
+            self._used_milli[h, gpus] -= MILLI_PER_GPU if whole else milli
+            self._used_mem[h, gpus] -= self.index.gpu_memory_mib[h, gpus] if whole else gmem
+            self._cpu_used[h] -= c
+            self._mem_used[h] -= m
+        if r.started_at_s is not None:
+            service = max(0.0, at_s - r.started_at_s) * r.spec.gpu_milli / MILLI_PER_GPU
+            self._attained[job_id] = self._attained.get(job_id, 0.0) + service
+        if requeue:
+            self._pending[job_id] = r.spec

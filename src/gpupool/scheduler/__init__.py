@@ -1,0 +1,32 @@
+"""The pure scheduling decision: snapshot + pending jobs + now + config -> placements, preemptions, reasons.
+May import: ``gpupool.cluster``, ``gpupool.fabric``, ``gpupool.domain``, NumPy, the standard library.
+Must not import: clocks, random, uuid, asyncio, os, sockets, ``store``, ``server``, ``agent``, ``sim``.
+"""
+
+from gpupool.scheduler.core import schedule
+from gpupool.scheduler.placers import PLACERS, get_placer
+from gpupool.scheduler.policies import POLICIES, get_policy
+from gpupool.scheduler.types import (
+    Preemption,
+    ReasonCode,
+    SchedulerConfig,
+    ScheduleRequest,
+    ScheduleResult,
+    TelemetryWeights,
+    Waiting,
+)
+
+__all__ = [
+    "PLACERS",
+    "POLICIES",
+    "Preemption",
+    "ReasonCode",
+    "ScheduleRequest",
+    "ScheduleResult",
+    "SchedulerConfig",
+    "TelemetryWeights",
+    "Waiting",
+    "get_placer",
+    "get_policy",
+    "schedule",
+]

@@ -1,0 +1,105 @@
+"""Why a job does not fit: a reason code and one sentence, computed only for jobs left waiting."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from gpupool.domain.jobs import Scope
+from gpupool.fabric.model import Domain
+from gpupool.scheduler.capacity import Capacity
+from gpupool.scheduler.placement import Need
+from gpupool.scheduler.types import ReasonCode
+
+_SCOPE_WORDS = {Scope.NVLINK: "one NVLink island", Scope.LEAF: "one leaf", Scope.SU: "one scalable unit"}
+_LEVEL_WORDS = {Domain.NVLINK: "NVLink domain", Domain.LEAF: "leaf", Domain.SU: "scalable unit"}
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def diagnose(cap: Capacity, need: Need) -> tuple[ReasonCode, str]:
+    ix = cap.index
+    job = need.job
+    mask = need.mask if need.mask is not None else np.ones(ix.n_hosts, dtype=np.bool_)
+    where = " on matching hosts" if need.mask is not None else ""
+    if not mask.any():
+        what = []
+        if job.gpu_models:
+            what.append(f"GPU model {' or '.join(job.gpu_models)}")
+        if job.node_selector:
+            what.append("labels " + ",".join(f"{k}={v}" for k, v in job.node_selector))
+        return ReasonCode.NO_MATCHING_HOSTS, f"no host has {' and '.join(what) or 'the requested properties'}"
+    if need.cpu > int(ix.host_cpu_millicores[mask].max()) or need.mem > int(ix.host_memory_mib[mask].max()):
+        return ReasonCode.UNSATISFIABLE, f"a task needs {need.cpu} millicores and {need.mem} MiB; no host has that much"
+    if need.share:
+        if need.share_mem > int(ix.gpu_memory_mib[mask].max()):
+            return ReasonCode.UNSATISFIABLE, f"needs {need.share_mem} MiB of GPU memory; the largest GPU has less"
+        fits = cap.usable & (cap.free_milli >= need.share_milli) & (cap.free_mem >= need.share_mem) & mask[:, None]
+        n_fit = int(fits.sum())
+        desc = f"{need.tasks} x {need.share_milli} milli-GPU/{need.share_mem} MiB"
+        if n_fit == 0:
+            return ReasonCode.NO_CAPACITY, f"needs {desc}; no GPU{where} has that much free"
+        if need.required:
+            return ReasonCode.TOPOLOGY, f"needs {desc} in {_SCOPE_WORDS[job.topology.scope]}; no such domain has room"
+        return ReasonCode.NO_CAPACITY, f"needs {desc}; only {n_fit} GPU(s) can take one"
+    T, g, total = need.tasks, need.gpus, need.total
+    host_gpus = np.where(mask, ix.host_gpus, 0)
+    if g > int(host_gpus.max()):
+        return (
+            ReasonCode.UNSATISFIABLE,
+            f"needs {_gpus(g)} per task; the largest host{where} has {int(host_gpus.max())}",
+        )
+    if total > int(host_gpus.sum()):
+        return ReasonCode.UNSATISFIABLE, f"needs {_gpus(total)}; the fabric{where} has {int(host_gpus.sum())}"
+    if need.required:
+        static = _best_domain(cap, need, host_gpus)
+        if static is not None and static[1] < total:
+            return ReasonCode.UNSATISFIABLE, (
+                f"needs {_gpus(total)} in {_SCOPE_WORDS[job.topology.scope]}; the largest has {static[1]}"
+            )
+    free = np.where(mask, cap.free_whole, 0)
+    n_free = int(free.sum())
+    if n_free < total:
+        return ReasonCode.NO_CAPACITY, f"needs {_gpus(total)}; {n_free} are free{where}"
+    slots = int((free // g).sum())
+    if slots < T:
+        best = int(free.max())
+        return ReasonCode.FRAGMENTED, (
+            f"needs {T} task(s) of {_gpus(g)} on one host each; {n_free} GPUs are free{where} "
+            f"but hosts have room for {slots} such task(s) (the best host has {best} free)"
+        )
+    tph = cap.tasks_per_host(np.arange(ix.n_hosts), g, need.cpu, need.mem, need.mask)
+    if int(tph.sum()) < T:
+        return ReasonCode.CPU_MEMORY, (
+            f"needs {T} task(s) of {_gpus(g)}, {need.cpu} millicores and {need.mem} MiB; hosts with the GPUs free "
+            f"lack the CPU or memory (room for {int(tph.sum())})"
+        )
+    if need.required:
+        best_free = _best_domain(cap, need, free)
+        if best_free is not None:
+            word = best_free[0]
+            return (
+                ReasonCode.TOPOLOGY,
+                f"needs {_gpus(total)} under one {word}; the best {word} has {best_free[1]} free",
+            )
+        host_best = int(np.where(ix.host_single_island, free, 0).max())
+        return ReasonCode.TOPOLOGY, f"needs {_gpus(total)} in one NVLink island; the best island has {host_best} free"
+    if job.rail_aligned:
+        return ReasonCode.RAIL_ALIGNMENT, (
+            f"needs {T} task(s) of {_gpus(g)} with the same GPU indices free on every host; no set of hosts has them"
+        )
+    return (
+        ReasonCode.FRAGMENTED,
+        f"needs {_gpus(total)}; {n_free} are free{where} but no domain searched could hold the gang",
+    )
+
+
+def _best_domain(cap: Capacity, need: Need, per_host: npt.NDArray[np.int64]) -> tuple[str, int] | None:
+    """(level word, most of ``per_host`` in one domain) at the top level of the required scope."""
+    if not need.scope_levels:
+        return None
+    lv = cap.index.levels[need.scope_levels[-1]]
+    sums = np.bincount(lv.ids, weights=per_host, minlength=lv.count)
+    return _LEVEL_WORDS.get(lv.domain, lv.domain.name.lower()), int(sums.max())
