@@ -105,6 +105,8 @@ class JobSpec:
                 raise JobSpecError(f"milli_gpu must be in 0..1000 and memory_mib >= 0, got {self.share}", source=where)
             if self.share.milli_gpu == 0 and self.share.memory_mib == 0:
                 raise JobSpecError("a GPU share must claim milli-GPU, GPU memory or both", source=where)
+            if self.rail_aligned:
+                raise JobSpecError("rail alignment applies to whole-GPU tasks, not to shares of a GPU", source=where)
         if self.estimated_runtime_s is not None and self.estimated_runtime_s <= 0:
             raise JobSpecError("estimated_runtime_s must be > 0", source=where)
 

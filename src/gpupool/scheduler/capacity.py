@@ -87,14 +87,19 @@ class Capacity:
         self._journal.append(
             (h, self.free_milli[h].copy(), self.free_mem[h].copy(), int(self.cpu_free[h]), int(self.mem_free[h]))
         )
-        if milli >= MILLI_PER_GPU and gpu_memory_mib == 0:
-            self.free_milli[h, gpus] = 0
-            self.free_mem[h, gpus] = 0
-        else:
-            self.free_milli[h, gpus] -= milli
-            self.free_mem[h, gpus] -= gpu_memory_mib
         self.cpu_free[h] -= cpu
         self.mem_free[h] -= memory_mib
+        if milli >= MILLI_PER_GPU and gpu_memory_mib == 0 and bool(self.whole[h, gpus].all()):
+            # Whole GPUs that were whole: the row's counts change by len(gpus); no row scan needed.
+            self.free_milli[h, gpus] = 0
+            self.free_mem[h, gpus] = 0
+            self.whole[h, gpus] = False
+            self.part_milli[h] = max(int(self.part_milli[h]), 0)
+            self.part_mem[h] = max(int(self.part_mem[h]), 0)
+            self._recount(h, int(self.free_whole[h]) - len(gpus))
+            return
+        self.free_milli[h, gpus] -= milli
+        self.free_mem[h, gpus] -= gpu_memory_mib
         self._refresh(h)
 
     def mark(self) -> int:
@@ -118,7 +123,6 @@ class Capacity:
         whole = usable & (milli == MILLI_PER_GPU) & (mem == self.full_mem[h])
         self.whole[h] = whole
         k_new = int(whole.sum())
-        k_old = int(self.free_whole[h])
         partial = usable & ~whole
         if partial.any():
             self.part_milli[h] = int(milli[partial].max())
@@ -126,6 +130,10 @@ class Capacity:
         else:
             self.part_milli[h] = -1
             self.part_mem[h] = -1
+        self._recount(h, k_new)
+
+    def _recount(self, h: int, k_new: int) -> None:
+        k_old = int(self.free_whole[h])
         if k_new == k_old:
             return
         self.free_whole[h] = k_new

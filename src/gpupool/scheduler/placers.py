@@ -154,6 +154,12 @@ class _Baseline:
                 d = int(fit[0])
             hosts = lv.hosts(d)
             picks = cover(cap, hosts, tph_all[hosts], need.tasks, self.how, need.realtime)
+            if picks and need.job.rail_aligned and len(picks) > 1:
+                # Rail alignment is the job's requirement, not a preference: every placer honours it.
+                aligned = aligned_gang(cap, need, hosts)
+                if aligned is not None:
+                    return aligned
+                continue
             if picks:
                 return commit(cap, need, picks, self.how)
         return None
@@ -231,9 +237,19 @@ def single_host(cap: Capacity, need: Need, n: int, ctx: CycleContext) -> int | N
 
 
 def _in_level(cap: Capacity, need: Need, li: int, ctx: CycleContext) -> list[TaskPick] | None:
+    if need.mask is None:
+        # The histograms count GPUs only: an upper bound when tasks also need CPU and memory. Try the
+        # domains it suggests; only if none holds the gang, count exactly (O(hosts)).
+        picks = _in_level_by(cap, need, li, ctx, exact=False)
+        if picks is not None or not (need.cpu or need.mem):
+            return picks
+    return _in_level_by(cap, need, li, ctx, exact=True)
+
+
+def _in_level_by(cap: Capacity, need: Need, li: int, ctx: CycleContext, *, exact: bool) -> list[TaskPick] | None:
     lv = cap.index.levels[li]
     T, g = need.tasks, need.gpus
-    if need.mask is None and not need.cpu and not need.mem:
+    if not exact:
         per_dom = cap.hist[li] @ (np.arange(cap.G + 1, dtype=np.int64) // g)
     else:
         tph_all = cap.tasks_per_host(ctx.all_hosts, g, need.cpu, need.mem, need.mask)
