@@ -4,9 +4,8 @@ from pathlib import Path
 import pytest
 
 from gpupool.domain.errors import InputError
-from gpupool.fabric import Domain
+from gpupool.fabric import Domain, jsonio
 from gpupool.fabric import generators as gen
-from gpupool.fabric import jsonio
 
 
 @pytest.mark.parametrize("fabric", [gen.superpod(2), gen.fat_tree(4), gen.leaf_spine(3, 2, 4, oversubscription=3.0)])

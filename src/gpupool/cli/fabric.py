@@ -1,0 +1,196 @@
+"""``gpupool fabric``: import, generate, show, export and draw InfiniBand GPU fabrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gpupool.domain.errors import InputError
+from gpupool.fabric import Fabric, Tier, generators, jsonio
+from gpupool.fabric.export.draw import draw as draw_fabric
+from gpupool.fabric.export.nccl import nccl_topology_env
+from gpupool.fabric.export.slurm import topology_block, topology_conf
+from gpupool.fabric.parsers.ibnetdiscover import read_ibnetdiscover
+from gpupool.fabric.parsers.slurm import read_topology_conf
+from gpupool.fabric.summary import summarize
+
+app = typer.Typer(help="Discover, generate, inspect and export InfiniBand GPU fabrics.", no_args_is_help=True)
+import_app = typer.Typer(help="Import a fabric from a real tool's output.", no_args_is_help=True)
+generate_app = typer.Typer(help="Generate a fabric from a reference design.", no_args_is_help=True)
+export_app = typer.Typer(help="Export a fabric for other tools.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+app.add_typer(generate_app, name="generate")
+app.add_typer(export_app, name="export")
+
+Output = Annotated[Path, typer.Option("-o", "--output", help="Where to write the fabric JSON.")]
+SERVERS = {"dgx-h100": generators.DGX_H100, "pcie-l40s": generators.ServerSpec.pcie()}
+ServerOpt = Annotated[str, typer.Option("--server", help=f"Server model: {', '.join(SERVERS)}.")]
+
+
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _server(name: str) -> generators.ServerSpec:
+    if name not in SERVERS:
+        raise typer.BadParameter(f"unknown server {name!r}; choose one of {', '.join(SERVERS)}", param_hint="--server")
+    return SERVERS[name]
+
+
+def _save(fabric: Fabric, output: Path, extra: dict[str, Any] | None = None) -> None:
+    jsonio.save(fabric, output)
+    s = summarize(fabric)
+    if extra:
+        s.update(extra)
+    _err.print(
+        f"wrote {output}: {s['hosts']} hosts, {s['gpus']} GPUs, {s['hcas']} HCAs "
+        f"({s['unattributed_hcas']} unattributed), {s['switches']['leaf']} leaves, {s['switches']['spine']} spines, "
+        f"{s['switches']['core']} cores, {s['rails']} rails, {s['scalable_units']} scalable units"
+    )
+
+
+@import_app.command("ibnetdiscover")
+def import_ibnetdiscover(
+    file: Annotated[Path, typer.Argument(help="ibnetdiscover output (default or -p format).")],
+    output: Output,
+    node_name_map: Annotated[Path | None, typer.Option("--node-name-map", help='GUID "name" per line.')] = None,
+) -> None:
+    """Import `ibnetdiscover` (or `ibnetdiscover -p`) output."""
+    result = read_ibnetdiscover(file, node_name_map=node_name_map)
+    _save(result.fabric, output)
+    for w in result.warnings:
+        _err.print(f"warning: {w}", markup=False)
+    _err.print(
+        f"{result.aggregation_nodes} SHARP aggregation nodes left out; {result.inferred_hcas} HCAs attributed "
+        f"by port position; {result.unattributed_hcas} HCAs unattributed"
+    )
+
+
+@import_app.command("slurm")
+def import_slurm(
+    file: Annotated[Path, typer.Argument(help="Slurm topology.conf (tree plugin).")],
+    output: Output,
+) -> None:
+    """Import a Slurm `topology.conf`."""
+    _save(read_topology_conf(file), output)
+
+
+@generate_app.command("superpod")
+def generate_superpod(
+    output: Output,
+    sus: Annotated[int, typer.Option("--sus", min=1, help="Scalable units (32 node slots each).")] = 4,
+    server: ServerOpt = "dgx-h100",
+) -> None:
+    """NVIDIA DGX H100 SuperPOD, rail-optimised scalable units."""
+    _save(generators.superpod(sus, _server(server)), output)
+
+
+@generate_app.command("fat-tree")
+def generate_fat_tree(
+    output: Output,
+    k: Annotated[int, typer.Option("--k", min=2, help="Switch radix (even).")] = 4,
+    gpus_per_host: Annotated[int, typer.Option("--gpus-per-host", min=0)] = 8,
+    server: ServerOpt = "dgx-h100",
+) -> None:
+    """3-tier k-ary fat-tree."""
+    _save(generators.fat_tree(k, gpus_per_host, _server(server)), output)
+
+
+@generate_app.command("leaf-spine")
+def generate_leaf_spine(
+    output: Output,
+    leaves: Annotated[int, typer.Option("--leaves", min=1)],
+    spines: Annotated[int, typer.Option("--spines", min=1)],
+    hosts_per_leaf: Annotated[int, typer.Option("--hosts-per-leaf", min=1)],
+    gpus_per_host: Annotated[int, typer.Option("--gpus-per-host", min=0)] = 8,
+    oversubscription: Annotated[float, typer.Option("--oversubscription", min=0.01)] = 1.0,
+    server: ServerOpt = "dgx-h100",
+) -> None:
+    """2-tier leaf/spine with a given oversubscription."""
+    _save(
+        generators.leaf_spine(leaves, spines, hosts_per_leaf, gpus_per_host, oversubscription, _server(server)), output
+    )
+
+
+@app.command("show")
+def show(
+    file: Annotated[Path, typer.Argument(help="Fabric JSON.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Summarise a fabric: hosts, GPUs, HCAs, switches per tier, rails, scalable units."""
+    fabric = jsonio.load(file)
+    s = summarize(fabric)
+    if as_json:
+        typer.echo(json.dumps(s))
+        return
+    console = Console(highlight=False)
+    table = Table(title=f"fabric {fabric.name}", show_header=False)
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for key in ("hosts", "gpus", "hcas", "unattributed_hcas", "rails", "scalable_units", "links"):
+        table.add_row(key.replace("_", " "), str(s[key]))
+    for tier in Tier:
+        name = tier.name.lower()
+        over = s["oversubscription"].get(name)
+        table.add_row(f"{name} switches", f"{s['switches'][name]}" + (f"  (max {over}:1 down:up)" if over else ""))
+    console.print(table)
+    if s["gpu_models"]:
+        console.print("GPU models: " + ", ".join(f"{m} x{n}" for m, n in s["gpu_models"].items()))
+
+
+@export_app.command("slurm")
+def export_slurm(
+    file: Annotated[Path, typer.Argument(help="Fabric JSON.")],
+    block: Annotated[bool, typer.Option("--block", help="The block plugin (one block per scalable unit).")] = False,
+    yaml: Annotated[bool, typer.Option("--yaml", help="With --block: Slurm's topology.yaml form.")] = False,
+) -> None:
+    """Slurm topology.conf (tree plugin) on stdout; --block for the block plugin."""
+    fabric = jsonio.load(file)
+    if block:
+        typer.echo(topology_block(fabric, "yaml" if yaml else "conf"), nl=False)
+    else:
+        typer.echo(topology_conf(fabric), nl=False)
+
+
+@export_app.command("json")
+def export_json(file: Annotated[Path, typer.Argument(help="Fabric JSON.")]) -> None:
+    """The fabric's JSON, re-derived and pretty-printed, on stdout."""
+    typer.echo(json.dumps(jsonio.to_dict(jsonio.load(file)), indent=1))
+
+
+@app.command("draw")
+def draw(
+    file: Annotated[Path, typer.Argument(help="Fabric JSON.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="fabric.svg or fabric.png")],
+) -> None:
+    """Draw the fabric: tiers, switches, hosts, links coloured by rail."""
+    if output.suffix.lower() not in (".svg", ".png"):
+        raise typer.BadParameter("the picture must end in .svg or .png", param_hint="-o")
+    draw_fabric(jsonio.load(file), output)
+    _err.print(f"wrote {output}")
+
+
+@export_app.command("nccl")
+def export_nccl(
+    file: Annotated[Path, typer.Argument(help="Fabric JSON.")],
+    host: Annotated[str, typer.Argument(help="Host name.")],
+    gpus: Annotated[str, typer.Option("--gpus", help="GPU indices, e.g. 0,3 (default: all).")] = "",
+) -> None:
+    """NCCL settings (NCCL_IB_HCA: the rail HCAs of those GPUs) as shell assignments."""
+    fabric = jsonio.load(file)
+    if not fabric.has_host(host):
+        raise InputError(f"no host {host!r} in the fabric", source=str(file))
+    count = len(fabric.host(host).gpus)
+    try:
+        chosen = [int(g) for g in gpus.split(",")] if gpus else list(range(count))
+    except ValueError as e:
+        raise typer.BadParameter(f"not a list of GPU indices: {gpus!r}", param_hint="--gpus") from e
+    bad = [g for g in chosen if not 0 <= g < count]
+    if bad:
+        raise typer.BadParameter(f"host {host} has GPUs 0-{count - 1}; got {bad}", param_hint="--gpus")
+    for key, value in nccl_topology_env(fabric, host, chosen).items():
+        typer.echo(f"{key}={value}")

@@ -1,0 +1,30 @@
+"""Entry point of the ``gpupool`` command."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from gpupool import __version__
+from gpupool.cli.errors import run_guarded
+from gpupool.cli.fabric import app as fabric_app
+
+app = typer.Typer(
+    name="gpupool",
+    help="GPU pool manager and compute scheduler for InfiniBand GPU data centres.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(fabric_app, name="fabric")
+
+
+@app.command()
+def version() -> None:
+    """Print the gpupool version."""
+    typer.echo(__version__)
+
+
+def main() -> None:
+    sys.exit(run_guarded(app))

@@ -1,0 +1,110 @@
+"""The `gpupool fabric` commands, run as a user runs them: a real process, real files, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpupool.fabric import Domain, Fabric, jsonio
+
+DATA = Path(__file__).parent.parent / "data"
+DGX = DATA / "ibnetdiscover" / "dgx-h100-ndr-superpod-qm9701-leaf-spine.txt"
+
+
+def gpupool(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpupool", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def ok(*args: str | Path, cwd: Path) -> str:
+    r = gpupool(*args, cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_generate_superpod_show_json(tmp_path: Path) -> None:
+    ok("fabric", "generate", "superpod", "--sus", "4", "-o", "sp.json", cwd=tmp_path)
+    s = json.loads(ok("fabric", "show", "sp.json", "--json", cwd=tmp_path))
+    assert (s["hosts"], s["gpus"], s["hcas"], s["unattributed_hcas"]) == (127, 1016, 1016, 0)
+    assert s["switches"] == {"leaf": 32, "spine": 16, "core": 0}
+    assert (s["rails"], s["scalable_units"]) == (8, 4)
+    assert "scalable units" in ok("fabric", "show", "sp.json", cwd=tmp_path)
+
+
+def test_generators_from_the_command_line(tmp_path: Path) -> None:
+    ok("fabric", "generate", "fat-tree", "--k", "4", "-o", "ft.json", cwd=tmp_path)
+    s = json.loads(ok("fabric", "show", "ft.json", "--json", cwd=tmp_path))
+    assert (s["hosts"], s["switches"]) == (16, {"leaf": 8, "spine": 8, "core": 4})
+    ok(
+        "fabric", "generate", "leaf-spine", "--leaves", "4", "--spines", "2", "--hosts-per-leaf", "6",
+        "--gpus-per-host", "4", "--oversubscription", "3", "-o", "ls.json", cwd=tmp_path,
+    )  # fmt: skip
+    s = json.loads(ok("fabric", "show", "ls.json", "--json", cwd=tmp_path))
+    assert (s["hosts"], s["gpus"], s["oversubscription"]) == (24, 96, {"leaf": 3.0})
+
+
+def test_import_dgx_ibnetdiscover_then_slurm_round_trip(tmp_path: Path) -> None:
+    r = gpupool("fabric", "import", "ibnetdiscover", DGX, "-o", "dgx.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "40 SHARP aggregation nodes left out" in r.stderr and "74 HCAs unattributed" in r.stderr
+    s = json.loads(ok("fabric", "show", "dgx.json", "--json", cwd=tmp_path))
+    assert s["switches"] == {"leaf": 31, "spine": 9, "core": 0}
+    assert (s["hosts"], s["unattributed_hcas"], s["rails"], s["scalable_units"]) == (120, 74, 4, 8)
+
+    conf = ok("fabric", "export", "slurm", "dgx.json", cwd=tmp_path)
+    (tmp_path / "topology.conf").write_text(conf)
+    ok("fabric", "import", "slurm", "topology.conf", "-o", "back.json", cwd=tmp_path)
+    original, back = jsonio.load(tmp_path / "dgx.json"), jsonio.load(tmp_path / "back.json")
+
+    def partition(f: Fabric) -> list[list[str]]:
+        su = f.domain_ids(Domain.SU).tolist()
+        return sorted(sorted(f.hosts[h].name for h in range(len(f.hosts)) if su[h] == v) for v in set(su))
+
+    assert partition(back) == partition(original)
+    assert len(partition(original)) == 8
+
+
+def test_exports_and_picture(tmp_path: Path) -> None:
+    ok("fabric", "generate", "superpod", "--sus", "2", "-o", "sp.json", cwd=tmp_path)
+    block = ok("fabric", "export", "slurm", "--block", "sp.json", cwd=tmp_path)
+    assert "BlockName=su01 Nodes=dgx[001-032]" in block and "BlockName=su02 Nodes=dgx[033-063]" in block
+    assert "block_sizes" in ok("fabric", "export", "slurm", "--block", "--yaml", "sp.json", cwd=tmp_path)
+    assert (
+        ok("fabric", "export", "nccl", "sp.json", "dgx005", "--gpus", "0,3", cwd=tmp_path)
+        == "NCCL_IB_HCA==mlx5_0:1,mlx5_3:1\n"
+    )
+    ok("fabric", "draw", "sp.json", "-o", "sp.svg", cwd=tmp_path)
+    assert (tmp_path / "sp.svg").read_text().count('id="host-dgx') == 63
+    ok("fabric", "draw", "sp.json", "-o", "sp.png", cwd=tmp_path)
+    assert (tmp_path / "sp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (DGX.read_text()[:700], "truncated.txt:"),
+        ('Switch 8 "S-1" # "x" enhanced port 0 lid 1 lmc 0\nSwitchName=s1 Nodes=a[1-2]\n', "truncated.txt:"),
+    ],
+)
+def test_malformed_input_exits_2_with_file_and_line(tmp_path: Path, content: str, message: str) -> None:
+    (tmp_path / "truncated.txt").write_text(content)
+    r = gpupool("fabric", "import", "ibnetdiscover", "truncated.txt", "-o", "x.json", cwd=tmp_path)
+    assert r.returncode == 2
+    assert message in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_bad_encoding_and_missing_files_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "bad.txt").write_bytes(DGX.read_bytes()[:2000] + b"\xff\xfe\n")
+    r = gpupool("fabric", "import", "ibnetdiscover", "bad.txt", "-o", "x.json", cwd=tmp_path)
+    assert r.returncode == 2 and "bad.txt:" in r.stderr and "Traceback" not in r.stderr
+    r = gpupool("fabric", "show", "nope.json", cwd=tmp_path)
+    assert r.returncode == 2 and "nope.json: cannot read" in r.stderr
+    (tmp_path / "t.conf").write_text("SwitchName=s1 Nodes=a[1-2]\nSwitchName=s2 Switches=s9\n")
+    r = gpupool("fabric", "import", "slurm", "t.conf", "-o", "x.json", cwd=tmp_path)
+    assert r.returncode == 2 and "t.conf:2" in r.stderr and "Traceback" not in r.stderr
