@@ -10,9 +10,9 @@ import pytest
 
 from gpupool.domain.errors import ParseError
 from gpupool.fabric import Tier
+from gpupool.fabric.parsers._text import natural_key
 from gpupool.fabric.parsers.ibnetdiscover import (
     IbImport,
-    natural_key,
     parse_ibnetdiscover,
     read_ibnetdiscover,
     split_description,

@@ -34,7 +34,8 @@ from pathlib import Path
 from gpupool.domain.errors import FabricError, ParseError
 from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.model import Hca, Host, Link, Port, Switch
-from gpupool.fabric.parsers.nodemap import decode_text, normalise_guid, read_node_name_map
+from gpupool.fabric.parsers._text import NaturalKey, guid_from_hex, natural_key, normalise_guid, read_tool_output
+from gpupool.fabric.parsers.nodemap import read_node_name_map
 from gpupool.fabric.rates import parse_rate
 
 SW, CA, RT = "SW", "CA", "RT"
@@ -65,7 +66,6 @@ _AGGREGATION_RE = re.compile(r"\bAggregation Node$", re.IGNORECASE)
 _DEVICE_RE = re.compile(r"[A-Za-z][A-Za-z0-9]*[_-]\d+|[a-z]+\d+")  # mlx5_5, HCA-6, hfi1_0, qib0
 _HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _VENDOR_WORD_RE = re.compile(r"MT\d+|Mellanox|NVIDIA|ConnectX.*", re.IGNORECASE)
-_DIGITS_RE = re.compile(r"(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +107,6 @@ class _Dump:
     ports_report: bool  # True for ``-p``: CAs are ports, and a link may be listed from one side only
 
 
-def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
-    """Sort key that orders embedded numbers by value: ``c2`` before ``c10``."""
-    return tuple((0, int(t)) if t.isdigit() else (1, t.lower()) for t in _DIGITS_RE.split(text) if t)
-
-
 def split_switch_description(description: str) -> tuple[str, str]:
     """``"MF0;A09-P1-IBLEAF-04-04:MQM9701/U1"`` -> ``("A09-P1-IBLEAF-04-04", "MQM9701")``; others unchanged."""
     m = _MF0_RE.fullmatch(description)
@@ -133,10 +128,6 @@ def split_description(description: str) -> tuple[str | None, str, str]:
             return None, words[1], "default-host"
         return words[0], words[1], "named"
     return None, "", "generic"
-
-
-def _guid(text: str) -> str:
-    return text.lower().rjust(16, "0")
 
 
 def _rate(token: str, source: str, line: int) -> tuple[int, str | None]:
@@ -191,7 +182,7 @@ def _parse_default(lines: list[str], source: str) -> _Dump:
             if cur[0] != SW and cur_lid is None and m.group(7) is not None:
                 cur_lid = int(m.group(7))
             width, speed = _rate(m.group(10), source, n)
-            remote = Port(_guid(m.group(4)), int(m.group(5)))
+            remote = Port(guid_from_hex(m.group(4)), int(m.group(5)))
             halves.append(_Half(Port(cur[1], port), remote, _PREFIX_KIND[m.group(3)], width, speed, n))
         elif _HEADER_RE.fullmatch(line):
             close()
@@ -201,7 +192,7 @@ def _parse_default(lines: list[str], source: str) -> _Dump:
             if m is None:
                 raise ParseError(f"not a line of an ibnetdiscover topology file: {line[:80]!r}", source=source, line=n)
             close()
-            kind, guid = _NODE_KIND[m.group(1)], _guid(m.group(4))
+            kind, guid = _NODE_KIND[m.group(1)], guid_from_hex(m.group(4))
             if _PREFIX_KIND[m.group(3)] != kind:
                 raise ParseError(f"{m.group(1)} line names node {m.group(3)}-{m.group(4)}", source=source, line=n)
             if guid in declared:
@@ -273,12 +264,12 @@ def _parse_ports(lines: list[str], source: str) -> _Dump:
         m = _PORTS_LINE_RE.fullmatch(line)
         if m is None or (m.group(12) is not None and re.match(r"-\s+(?:SW|CA|RT)\b", m.group(12).strip())):
             raise ParseError(f"not a line of an ibnetdiscover -p report: {line[:80]!r}", source=source, line=n)
-        kind, guid, port = m.group(1), _guid(m.group(4)), int(m.group(3))
+        kind, guid, port = m.group(1), guid_from_hex(m.group(4)), int(m.group(3))
         if m.group(7) is None:
             see(kind, guid, int(m.group(2)), port, _unquote(m.group(12)), n)
             continue
         name, remote_name = _split_pair(m.group(11))
-        rkind, rguid, rport = m.group(7), _guid(m.group(10)), int(m.group(9))
+        rkind, rguid, rport = m.group(7), guid_from_hex(m.group(10)), int(m.group(9))
         see(kind, guid, int(m.group(2)), port, name, n)
         see(rkind, rguid, int(m.group(8)), rport, remote_name, n)
         width, speed = _rate(f"{m.group(5)}{m.group(6)}", source, n)
@@ -501,7 +492,7 @@ def _hosts(hcas: tuple[Hca, ...], ca_ports: Mapping[str, list[tuple[str, int]]])
             for sw, _ in ca_ports.get(h.guid, []):
                 leaf_devices[sw][h.name] += 1
 
-    def device_key(h: Hca) -> tuple[tuple[tuple[int, int | str], ...], str]:
+    def device_key(h: Hca) -> tuple[NaturalKey, str]:
         device = h.name
         ports = ca_ports.get(h.guid, [])
         if not device and ports and leaf_devices[ports[0][0]]:
@@ -541,7 +532,5 @@ def parse_ibnetdiscover(
 
 
 def read_ibnetdiscover(path: str | Path, *, node_name_map: str | Path | None = None) -> IbImport:
-    source = str(path)
     names = read_node_name_map(node_name_map) if node_name_map is not None else None
-    text = decode_text(Path(path).read_bytes(), source=source)
-    return parse_ibnetdiscover(text, source=source, node_names=names)
+    return parse_ibnetdiscover(read_tool_output(path), source=str(path), node_names=names)

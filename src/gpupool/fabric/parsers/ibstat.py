@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gpupool.domain.errors import ParseError
 from gpupool.fabric.model import Hca
-from gpupool.fabric.parsers._text import normalize_guid
+from gpupool.fabric.parsers._text import normalise_guid
 from gpupool.fabric.rates import LANE_GBPS
 
 _CA_RE = re.compile(r"^CA '([^']+)'$")
@@ -98,7 +98,7 @@ def hcas_from_ibstat(cas: Iterable[IbCa], host: str | None = None) -> tuple[Hca,
 
 
 def _guid(value: str, what: str, source: str, line: int) -> str:
-    guid = normalize_guid(value)
+    guid = normalise_guid(value)
     if guid is None or not value.startswith("0x"):
         raise ParseError(f"{what} {value!r} is not a 0x-prefixed 64-bit GUID", source=source, line=line)
     return guid

@@ -13,27 +13,9 @@ import re
 from pathlib import Path
 
 from gpupool.domain.errors import ParseError
+from gpupool.fabric.parsers._text import guid_from_hex, read_tool_output
 
 _GUID_RE = re.compile(r"(?:0[xX])?([0-9a-fA-F]{1,16})(?=\s|#|$)")
-
-
-def normalise_guid(text: str) -> str | None:
-    """``"0x2C9"`` -> ``"00000000000002c9"``; ``None`` when ``text`` is not a 64-bit hexadecimal GUID."""
-    m = _GUID_RE.fullmatch(text.strip())
-    return m.group(1).lower().rjust(16, "0") if m else None
-
-
-def decode_text(data: bytes, *, source: str) -> str:
-    """Strict UTF-8 (ASCII is a subset); bad bytes raise ``ParseError`` pointing at their line."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ParseError(
-            f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} cannot be decoded",
-            source=source,
-            line=line,
-        ) from exc
 
 
 def parse_node_name_map(text: str, *, source: str) -> dict[str, str]:
@@ -50,7 +32,7 @@ def parse_node_name_map(text: str, *, source: str) -> dict[str, str]:
             raise ParseError(
                 f"expected a hexadecimal node GUID at the start of the line, found {word!r}", source=source, line=n
             )
-        guid = m.group(1).lower().rjust(16, "0")
+        guid = guid_from_hex(m.group(1))
         rest = line[m.end() :].strip()
         if rest.startswith('"'):
             end = rest.find('"', 1)
@@ -69,5 +51,4 @@ def parse_node_name_map(text: str, *, source: str) -> dict[str, str]:
 
 
 def read_node_name_map(path: str | Path) -> dict[str, str]:
-    source = str(path)
-    return parse_node_name_map(decode_text(Path(path).read_bytes(), source=source), source=source)
+    return parse_node_name_map(read_tool_output(path), source=str(path))

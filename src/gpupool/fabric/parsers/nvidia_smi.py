@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from gpupool.domain.errors import ParseError
 from gpupool.fabric.model import Gpu
-from gpupool.fabric.parsers._text import line_starts
+from gpupool.fabric.parsers._text import is_decimal, line_starts
 from gpupool.fabric.parsers.nvidia_smi_topo import TopoMatrix, parse_topo_matrix
 
 __all__ = [
@@ -361,7 +361,7 @@ def parse_query_text(text: str, *, source: str = "<nvidia-smi -q>") -> SmiReport
     # A cut at a GPU boundary leaves every block well formed; only the announced count reveals it.
     attached = root.find("attached_gpus")
     declared = attached.value.strip() if attached is not None and attached.value else ""
-    if declared.isdigit() and int(declared) != len(gpus):
+    if is_decimal(declared) and int(declared) != len(gpus):
         raise ParseError(
             f"says {declared} attached GPUs but lists {len(gpus)} (truncated?)",
             source=source,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from gpupool.domain.errors import ParseError
-from gpupool.fabric.parsers._text import strip_ansi
+from gpupool.fabric.parsers._text import is_decimal, strip_ansi
 
 # PCIe distance, closest first. SOC is what drivers before NODE existed printed for SYS.
 PCIE_RANK: Mapping[str, int] = MappingProxyType({"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4, "SOC": 4})
@@ -100,7 +100,7 @@ def _check_cell(token: str, row: str, col: str, source: str, line: int) -> None:
 def _numa_value(token: str, what: str, row: str, source: str, line: int) -> int:
     if token == "N/A":
         return -1
-    if token.isdigit():
+    if is_decimal(token):
         return int(token)
     raise ParseError(f"unknown {what} token {token!r} for {row}", source=source, line=line)
 

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from gpupool.domain.errors import InputError, ParseError
 from gpupool.fabric.model import Hca
-from gpupool.fabric.parsers._text import decode_tool_output, natural_key, normalize_guid, sysfs_guid
+from gpupool.fabric.parsers._text import decode_tool_output, is_decimal, natural_key, normalise_guid, sysfs_guid
 from gpupool.fabric.parsers.ibstat import parse_rate_text, parse_state_text
 
 _DEVICE_FILES = ("node_guid", "sys_image_guid", "node_desc", "node_type", "hca_type", "board_id", "fw_ver", "hw_rev")
@@ -93,7 +93,7 @@ class _DirFiles:
             data = p.read_bytes()
         except OSError:
             return None  # some counters refuse reads (EINVAL) on some firmware: treat as absent
-        return decode_tool_output(data, str(p)).strip(), str(p), None
+        return decode_tool_output(data, source=str(p)).strip(), str(p), None
 
     def where(self, rel: str) -> tuple[str, int | None]:
         return str(self.root / rel), None
@@ -155,7 +155,7 @@ def _state(files: _Files, base: str, name: str) -> tuple[int, str]:
 
 def _port(files: _Files, dev: str, name: str) -> SysfsPort:
     base = f"{dev}/ports/{name}"
-    if not name.isdigit():
+    if not is_decimal(name):
         raise ParseError(f"port directory {name!r} is not a number", source=base)
     state_code, state = _state(files, base, "state")
     phys_code, phys = _state(files, base, "phys_state")
@@ -187,7 +187,7 @@ def _device(files: _Files, name: str) -> SysfsDevice:
             continue
         value, source, line = hit
         if key.endswith("guid"):
-            guid = normalize_guid(value)
+            guid = normalise_guid(value)
             if guid is None:
                 raise ParseError(f"{name}/{key}: {value!r} is not a GUID", source=source, line=line)
             value = guid
