@@ -1,0 +1,37 @@
+"""The node agent: probes GPUs and HCAs, launches and stops workloads, reports to the server.
+May import: gpupool.domain, gpupool.fabric (parsers, model), the standard library, nvidia-ml-py.
+Must not import: server, store, scheduler, sim.
+"""
+
+from gpupool.agent.emulated import EmulatedNode
+from gpupool.agent.gpu import FileGpuProbe, GpuInventory, GpuProbe
+from gpupool.agent.health import GpuHealth, HealthThresholds, NodeHealth, PortHealth, assess_node
+from gpupool.agent.ib import PortRates, PortSample, SysfsIbProbe, port_rates
+from gpupool.agent.runtime import WorkloadHandle, WorkloadRuntime, WorkloadState, WorkloadStatus, workload_env
+from gpupool.agent.xid_log import KernelLogXidReader, XidEvent, parse_xid_line, pci_key
+
+# NvmlGpuProbe lives in gpupool.agent.nvml: importing it needs nvidia-ml-py, the rest of the agent does not.
+__all__ = [
+    "EmulatedNode",
+    "FileGpuProbe",
+    "GpuHealth",
+    "GpuInventory",
+    "GpuProbe",
+    "HealthThresholds",
+    "KernelLogXidReader",
+    "NodeHealth",
+    "PortHealth",
+    "PortRates",
+    "PortSample",
+    "SysfsIbProbe",
+    "WorkloadHandle",
+    "WorkloadRuntime",
+    "WorkloadState",
+    "WorkloadStatus",
+    "XidEvent",
+    "assess_node",
+    "parse_xid_line",
+    "pci_key",
+    "port_rates",
+    "workload_env",
+]
