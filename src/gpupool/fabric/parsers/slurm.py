@@ -23,11 +23,13 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from gpupool.domain.errors import FabricError, ParseError
 from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.hostlist import expand
 from gpupool.fabric.model import Hca, Host, Link, Port, Switch
+from gpupool.fabric.parsers._text import is_decimal, read_tool_output
 
 __all__ = [
     "SYNTHETIC_HCA_NAME",
@@ -89,6 +91,9 @@ class SlurmBlock:
     line: int = 0
 
 
+_Holder = TypeVar("_Holder", SlurmSwitch, SlurmBlock)  # a line that holds nodes under a name
+
+
 @dataclass(frozen=True, slots=True)
 class SlurmBlocks:
     """The block form: blocks in file order (Slurm aggregates neighbours in this order) and ``BlockSizes``.
@@ -111,24 +116,6 @@ class SlurmBlocks:
     def node_block(self) -> dict[str, str]:
         """Node name -> the name of its block."""
         return {n: b.name for b in self.blocks for n in b.nodes}
-
-
-# ---------------------------------------------------------------- reading text
-
-
-def _read_text(path: str | Path) -> str:
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise ParseError(f"cannot read file: {e.strerror or e}", source=str(p)) from e
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise ParseError(
-            f"not UTF-8 text (byte 0x{data[e.start]:02x}); topology.conf is ASCII", source=str(p), line=line
-        ) from e
 
 
 def _strip_comment(line: str) -> str:
@@ -247,7 +234,7 @@ def _object_name(value: str, key: str, line: int, source: str) -> str:
 
 
 def _uint(value: str, key: str, line: int, source: str) -> int:
-    if not value.isascii() or not value.isdigit() or int(value) > _UINT32_MAX:
+    if not is_decimal(value) or int(value) > _UINT32_MAX:
         raise ParseError(f"{key}={value!r} is not a non-negative 32-bit integer", source=source, line=line)
     return int(value)
 
@@ -308,7 +295,7 @@ def parse_slurm_topology(text: str, *, source: str = "<topology.conf>") -> Slurm
 
 def _block_sizes(value: str, line: int, source: str) -> tuple[int, ...]:
     texts = value.split(",")
-    if not value or any(not t.isascii() or not t.isdigit() or int(t) == 0 for t in texts):
+    if not value or any(not is_decimal(t) or int(t) == 0 for t in texts):
         raise ParseError(f"BlockSizes={value!r}: expected positive integers separated by ','", source=source, line=line)
     sizes = tuple(int(t) for t in texts)
     base = sizes[0]
@@ -323,25 +310,36 @@ def _block_sizes(value: str, line: int, source: str) -> tuple[int, ...]:
     return sizes
 
 
+def _claim(
+    item: _Holder, by_name: dict[str, _Holder], owner: dict[str, _Holder], words: tuple[str, str], source: str
+) -> None:
+    """Record a switch or block by name and as the holder of its nodes; ``words`` name the kind and the clash.
+
+    A name defined twice, or a node held by two leaves or two blocks, is an error at the later line.
+    """
+    kind, clash = words
+    prior = by_name.get(item.name)
+    if prior is not None:
+        raise ParseError(
+            f"{kind} {item.name} is defined twice (first on line {prior.line})", source=source, line=item.line
+        )
+    by_name[item.name] = item
+    for node in item.nodes:
+        other = owner.get(node)
+        if other is not None:
+            raise ParseError(
+                f"node {node} is {clash}, {other.name} (line {other.line}) and {item.name}",
+                source=source,
+                line=item.line,
+            )
+        owner[node] = item
+
+
 def _validate_tree(switches: list[SlurmSwitch], source: str) -> SlurmTree:
     by_name: dict[str, SlurmSwitch] = {}
     node_leaf: dict[str, SlurmSwitch] = {}
     for sw in switches:
-        prior = by_name.get(sw.name)
-        if prior is not None:
-            raise ParseError(
-                f"switch {sw.name} is defined twice (first on line {prior.line})", source=source, line=sw.line
-            )
-        by_name[sw.name] = sw
-        for node in sw.nodes:
-            other = node_leaf.get(node)
-            if other is not None:
-                raise ParseError(
-                    f"node {node} is under two leaf switches, {other.name} (line {other.line}) and {sw.name}",
-                    source=source,
-                    line=sw.line,
-                )
-            node_leaf[node] = sw
+        _claim(sw, by_name, node_leaf, ("switch", "under two leaf switches"), source)
     for sw in switches:
         for child in sw.switches:
             if child == sw.name:
@@ -393,21 +391,7 @@ def _validate_blocks(blocks: list[SlurmBlock], sizes: tuple[int, ...], sizes_lin
     node_block: dict[str, SlurmBlock] = {}
     base = sizes[0] if sizes else len(blocks[0].nodes)
     for b in blocks:
-        prior = seen.get(b.name)
-        if prior is not None:
-            raise ParseError(
-                f"block {b.name} is defined twice (first on line {prior.line})", source=source, line=b.line
-            )
-        seen[b.name] = b
-        for node in b.nodes:
-            other = node_block.get(node)
-            if other is not None:
-                raise ParseError(
-                    f"node {node} is in two blocks, {other.name} (line {other.line}) and {b.name}",
-                    source=source,
-                    line=b.line,
-                )
-            node_block[node] = b
+        _claim(b, seen, node_block, ("block", "in two blocks"), source)
         if len(b.nodes) < base:
             # Slurm refuses to start on this: every block must fill at least one base block.
             raise ParseError(
@@ -478,7 +462,7 @@ def parse_topology_conf(text: str, *, source: str = "<topology.conf>", name: str
 
 
 def read_topology_conf(path: str | Path, *, name: str | None = None) -> Fabric:
-    return parse_topology_conf(_read_text(path), source=str(path), name=name)
+    return parse_topology_conf(read_tool_output(path), source=str(path), name=name)
 
 
 def parse_block_conf(text: str, *, source: str = "<topology.conf>") -> SlurmBlocks:
@@ -494,4 +478,4 @@ def parse_block_conf(text: str, *, source: str = "<topology.conf>") -> SlurmBloc
 
 
 def read_block_conf(path: str | Path) -> SlurmBlocks:
-    return parse_block_conf(_read_text(path), source=str(path))
+    return parse_block_conf(read_tool_output(path), source=str(path))
