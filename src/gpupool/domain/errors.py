@@ -66,3 +66,30 @@ class CapacityConflictError(GpupoolError):
     """An allocation that does not fit the cluster as it is (a GPU already given, a host that is down)."""
 
     code = "CAPACITY_CONFLICT"
+
+
+class ConflictError(GpupoolError):
+    """A write refused because the stored state moved on or would break an invariant; retry after re-reading.
+
+    Subclasses carry the precise stable code; clients that only need "retry or give up" match this class.
+    """
+
+    code = "CONFLICT"
+
+
+class StaleVersionError(ConflictError):
+    """A guarded update whose expected version is not the stored one: someone else changed the record first."""
+
+    code = "STALE_VERSION"
+
+
+class AllocationConflictError(ConflictError):
+    """An allocation refused by the store: a whole GPU already held, or shares of one GPU beyond 1000 milli."""
+
+    code = "ALLOCATION_CONFLICT"
+
+
+class NotFoundError(GpupoolError):
+    """A record asked for by id or name that is not stored (a job, a node, a pool)."""
+
+    code = "NOT_FOUND"
