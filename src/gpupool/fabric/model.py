@@ -37,7 +37,7 @@ class Gpu:
     model: str
     memory_mib: int
     nvlink_island: int = 0  # GPUs of one host with the same island id talk over NVLink/NVSwitch
-    numa_node: int = 0
+    numa_node: int = -1  # -1: unknown, as for Hca (the kernel prints -1 for a device without NUMA affinity)
     uuid: str = ""
     pci_bus_id: str = ""
     mig_mode: bool = False

@@ -59,3 +59,12 @@ def test_inconsistent_fabric_names_the_file(tmp_path: Path) -> None:
     p.write_text(json.dumps(data))
     with pytest.raises(InputError, match=r"f\.json: inconsistent fabric: link .* undeclared node ffffffffffffffff"):
         jsonio.load(p)
+
+
+def test_a_gpu_without_numa_node_reads_as_unknown() -> None:
+    data = jsonio.to_dict(gen.superpod(1))
+    assert data["hosts"][0]["gpus"][0]["numa_node"] == 0  # the generator sets node 0 explicitly
+    del data["hosts"][0]["gpus"][0]["numa_node"]
+    host = jsonio.from_dict(data).hosts[0]
+    assert host.gpus[0].numa_node == -1  # unknown, as an HCA's is; never a guessed node 0
+    assert host.gpus[1].numa_node == 0

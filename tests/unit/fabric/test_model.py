@@ -9,7 +9,13 @@ from builders import make_fabric
 from gpupool.domain.errors import FabricError
 from gpupool.fabric import Domain, Fabric, Hca, Link, Port, Switch, Tier
 from gpupool.fabric import generators as gen
+from gpupool.fabric.model import Gpu
 from gpupool.fabric.rates import link_gbps, parse_rate
+
+
+def test_unknown_numa_node_is_minus_one_for_gpus_as_for_hcas() -> None:
+    assert Gpu(0, "NVIDIA H100 80GB HBM3", 81559).numa_node == Hca("58a2e10300a7820e").numa_node == -1
+    assert [g.numa_node for g in gen.superpod(1).hosts[0].gpus] == [0, 0, 0, 0, 1, 1, 1, 1]  # generators set it
 
 
 def test_link_rates_from_sdr_to_xdr() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -238,7 +239,11 @@ def test_to_gpu() -> None:
         pci_bus_id="00000000:01:00.0",
         mig_mode=True,
     )
-    assert g.to_gpu(0, numa_node=-1).numa_node == 0  # unknown NUMA: the model's default
+    assert g.to_gpu(0, numa_node=-1).numa_node == -1  # unknown on both sides stays unknown, never node 0
+    assert g.to_gpu(0).numa_node == -1
+    known = replace(g, numa_node=1)
+    assert known.to_gpu(0, numa_node=-1).numa_node == 1  # topo -m printed N/A: the query's value stands
+    assert known.to_gpu(0, numa_node=0).numa_node == 0  # topo -m wins, node 0 included
 
 
 def test_xml_truncated() -> None:

@@ -83,14 +83,14 @@ class SmiGpu:
     telemetry: SmiTelemetry = field(default_factory=SmiTelemetry)
 
     def to_gpu(self, index: int, nvlink_island: int = 0, numa_node: int | None = None) -> Gpu:
-        """The fabric's ``Gpu``; ``numa_node`` (from ``topo -m``) wins over the query's, unknown -> 0."""
+        """The fabric's ``Gpu``; ``numa_node`` (from ``topo -m``) wins over the query's, unknown -> -1."""
         numa = numa_node if numa_node is not None and numa_node >= 0 else self.numa_node
         return Gpu(
             index=index,
             model=self.product_name,
             memory_mib=self.memory_total_mib,
             nvlink_island=nvlink_island,
-            numa_node=numa if numa is not None and numa >= 0 else 0,
+            numa_node=numa if numa is not None and numa >= 0 else -1,
             uuid=self.uuid,
             pci_bus_id=self.pci_bus_id,
             mig_mode=bool(self.mig_mode),
