@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -155,19 +156,37 @@ def test_line_of_another_format() -> None:
 
 
 @pytest.mark.parametrize(
-    ("old", "new", "message"),
+    ("parse", "path", "old", "new", "message"),
     [
-        ("Rate: 400", "Rate: fast", "Rate 'fast' is not a number"),
-        ("Node GUID: 0x58a2e10300a7820e", "Node GUID: 58a2e10300a7820e", "not a 0x-prefixed"),
-        ("Base lid: 128", "Base lid: 0x80", "Base lid '0x80' is not a number"),
+        (parse_ibstat, H100, "Rate: 400", "Rate: fast", "Rate 'fast' is not a number"),
+        (parse_ibstat, H100, "Node GUID: 0x58a2e10300a7820e", "Node GUID: 58a2e10300a7820e", "not a 0x-prefixed"),
+        (parse_ibstat, H100, "Base lid: 128", "Base lid: 0x80", "Base lid '0x80' is not a number"),
+        (
+            parse_ibstatus,
+            IBSTATUS,
+            "state:           4: ACTIVE",
+            "state:           ACTIVE",
+            "state 'ACTIVE' is not like",
+        ),
+        (parse_ibstatus, IBSTATUS, "200 Gb/sec (4X HDR)", "200 Gb/sec (4X ZDR)", "unknown link speed 'ZDR'"),
+        (parse_ibstatus, IBSTATUS, "200 Gb/sec (4X HDR)", "200 Gbps", "is not like '400 Gb/sec"),
+        (
+            parse_ibstatus,
+            IBSTATUS,
+            "fe80:0000:0000:0000:0015:5dff:fd34:11eb",
+            "fe80::15:5dff:fd34:11eb",
+            "default gid",
+        ),
     ],
 )
-def test_unknown_tokens(old: str, new: str, message: str) -> None:
-    text = read(H100)
+def test_unknown_tokens_name_source_and_line(
+    parse: Callable[..., object], path: Path, old: str, new: str, message: str
+) -> None:
+    text = read(path)
     line = text[: text.index(old)].count("\n") + 1
     with pytest.raises(ParseError, match=message) as e:
-        parse_ibstat(text.replace(old, new, 1))
-    assert e.value.line == line
+        parse(text.replace(old, new, 1), source="s.txt")
+    assert (e.value.source, e.value.line) == ("s.txt", line)
 
 
 def test_empty_and_bad_encoding(tmp_path: Path) -> None:
@@ -179,23 +198,6 @@ def test_empty_and_bad_encoding(tmp_path: Path) -> None:
     with pytest.raises(ParseError, match="not UTF-8") as e:
         read_tool_output(path)
     assert (e.value.source, e.value.line) == (str(path), data[: data.index(b"\xb1")].count(b"\n") + 1)
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "message"),
-    [
-        ("state:           4: ACTIVE", "state:           ACTIVE", "state 'ACTIVE' is not like"),
-        ("200 Gb/sec (4X HDR)", "200 Gb/sec (4X ZDR)", "unknown link speed 'ZDR'"),
-        ("200 Gb/sec (4X HDR)", "200 Gbps", "is not like '400 Gb/sec"),
-        ("fe80:0000:0000:0000:0015:5dff:fd34:11eb", "fe80::15:5dff:fd34:11eb", "default gid"),
-    ],
-)
-def test_ibstatus_unknown_tokens(old: str, new: str, message: str) -> None:
-    text = read(IBSTATUS)
-    line = text[: text.index(old)].count("\n") + 1
-    with pytest.raises(ParseError, match=message) as e:
-        parse_ibstatus(text.replace(old, new, 1), source="s.txt")
-    assert (e.value.source, e.value.line) == ("s.txt", line)
 
 
 def test_ibstatus_truncated_and_foreign() -> None:
