@@ -20,10 +20,28 @@ LINK_UP, LINK_DEGRADED, LINK_DOWN = 0, 1, 2
 
 @dataclass(frozen=True, slots=True)
 class RunningJob:
+    """A placed job. ``last_checkpoint_s``: its latest checkpoint (None: none yet, work counts from the
+    start); ``preemptions``: how often it was preempted before this run."""
+
     spec: JobSpec
     allocation: Allocation
     placed_at_s: float
     started_at_s: float | None = None
+    last_checkpoint_s: float | None = None
+    preemptions: int = 0
+
+    @property
+    def gpu_milli(self) -> int:
+        """Milli-GPU the allocation holds (an elastic job may hold fewer tasks than its spec asks)."""
+        return sum(t.milli_gpu * len(t.gpus) for t in self.allocation.tasks)
+
+    def work_lost_s(self, now_s: float) -> float:
+        """Seconds of progress a preemption at ``now_s`` would throw away (since the start or checkpoint)."""
+        since = self.last_checkpoint_s if self.last_checkpoint_s is not None else self.started_at_s
+        return max(0.0, now_s - (since if since is not None else self.placed_at_s))
+
+    def runtime_s(self, now_s: float) -> float:
+        return max(0.0, now_s - (self.started_at_s if self.started_at_s is not None else self.placed_at_s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +70,7 @@ class ClusterSnapshot:
     running: Mapping[str, RunningJob]
     pending: tuple[JobSpec, ...]
     attained_gpu_s: Mapping[str, float]  # GPU-seconds of service each job has had so far (for LAS)
+    preemption_count: Mapping[str, int]  # how often each job has been preempted (its history in the queue)
 
     @property
     def fabric_name(self) -> str:

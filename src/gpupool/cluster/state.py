@@ -6,6 +6,7 @@ copy. The fabric index is shared; only per-GPU and per-host arrays are owned and
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 import numpy as np
@@ -28,6 +29,7 @@ from gpupool.domain.events import (
     GpuHealthChanged,
     HealthGrade,
     JobCancelled,
+    JobCheckpointed,
     JobFinished,
     JobPlaced,
     JobPreempted,
@@ -84,6 +86,7 @@ class ClusterState:
         self._pending: dict[str, JobSpec] = {}
         self._running: dict[str, RunningJob] = {}
         self._attained: dict[str, float] = {}
+        self._preempted: dict[str, int] = {}
         self.version = 0
         self._snap: ClusterSnapshot | None = None
 
@@ -111,11 +114,17 @@ class ClusterState:
                 self._take(alloc)  # may raise: the job stays pending and the capacity untouched
                 self._jobs[alloc.job_id] = placed
                 spec = self._pending.pop(alloc.job_id)
-                self._running[alloc.job_id] = RunningJob(spec, alloc, at)
+                self._running[alloc.job_id] = RunningJob(
+                    spec, alloc, at, preemptions=self._preempted.get(alloc.job_id, 0)
+                )
             case JobStarted(job_id=job_id, at_s=at):
                 self._job_to(job_id, JobState.RUNNING)
                 r = self._running[job_id]
-                self._running[job_id] = RunningJob(r.spec, r.allocation, r.placed_at_s, at)
+                self._running[job_id] = replace(r, started_at_s=at)
+            case JobCheckpointed(job_id=job_id, at_s=at):
+                if job_id not in self._running:
+                    raise TransitionError(f"job {job_id}: checkpointed but not running")
+                self._running[job_id] = replace(self._running[job_id], last_checkpoint_s=at)
             case JobFinished(job_id=job_id, at_s=at, succeeded=ok):
                 self._job_to(job_id, JobState.FINISHED if ok else JobState.FAILED)
                 self._end(job_id, at, requeue=False)
@@ -128,6 +137,7 @@ class ClusterState:
             case JobPreempted(job_id=job_id, at_s=at):
                 self._job_to(job_id, JobState.PENDING)
                 self._end(job_id, at, requeue=True)
+                self._preempted[job_id] = self._preempted.get(job_id, 0) + 1
             case NodeLost(host=host, at_s=at):
                 h = self._node_to(host, NodeState.LOST)
                 for job_id in [j for j, r in self._running.items() if any(t.host == host for t in r.allocation.tasks)]:
@@ -189,6 +199,7 @@ class ClusterState:
             running=MappingProxyType(dict(self._running)),
             pending=tuple(self._pending.values()),
             attained_gpu_s=MappingProxyType(dict(self._attained)),
+            preemption_count=MappingProxyType(dict(self._preempted)),
         )
         return self._snap
 
@@ -266,7 +277,7 @@ class ClusterState:
             self._cpu_used[h] -= c
             self._mem_used[h] -= m
         if r.started_at_s is not None:
-            service = max(0.0, at_s - r.started_at_s) * r.spec.gpu_milli / MILLI_PER_GPU
+            service = max(0.0, at_s - r.started_at_s) * r.gpu_milli / MILLI_PER_GPU
             self._attained[job_id] = self._attained.get(job_id, 0.0) + service
         if requeue:
             self._pending[job_id] = r.spec

@@ -65,6 +65,14 @@ class JobPreempted:
 
 
 @dataclass(frozen=True, slots=True)
+class JobCheckpointed:
+    """The job saved its progress: work before ``at_s`` survives a preemption."""
+
+    job_id: str
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class NodeLost:
     host: str
     at_s: float
@@ -133,6 +141,7 @@ Event = (
     | JobFinished
     | JobCancelled
     | JobPreempted
+    | JobCheckpointed
     | NodeLost
     | NodeDrained
     | NodeRestored

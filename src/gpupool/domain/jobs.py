@@ -34,6 +34,13 @@ class Scope(StrEnum):
     ANY = "any"
 
 
+class Scaling(StrEnum):
+    """How a job's runtime changes when it runs with fewer tasks than it asked for (elastic jobs)."""
+
+    NONE = "none"  # not elastic: it runs with every task it asked for or not at all
+    LINEAR = "linear"  # runtime scales as tasks_asked / tasks_given
+
+
 class TopologyMode(StrEnum):
     REQUIRED = "required"  # wait rather than cross the scope
     PREFERRED = "preferred"  # try inside the scope first, cross it when it does not fit
@@ -84,6 +91,8 @@ class JobSpec:
     preemptible: bool = False
     estimated_runtime_s: float | None = None
     deadline_s: float | None = None
+    min_tasks: int | None = None  # elastic: the fewest tasks it may start with (needs ``scaling`` other than none)
+    scaling: Scaling = Scaling.NONE
 
     def __post_init__(self) -> None:
         where = self.job_id or "<job>"
@@ -109,6 +118,11 @@ class JobSpec:
                 raise JobSpecError("rail alignment applies to whole-GPU tasks, not to shares of a GPU", source=where)
         if self.estimated_runtime_s is not None and self.estimated_runtime_s <= 0:
             raise JobSpecError("estimated_runtime_s must be > 0", source=where)
+        if self.min_tasks is not None:
+            if not 1 <= self.min_tasks <= self.tasks:
+                raise JobSpecError(f"min_tasks must be in 1..{self.tasks}, got {self.min_tasks}", source=where)
+            if self.scaling is Scaling.NONE:
+                raise JobSpecError("min_tasks needs a scaling model (scaling=linear)", source=where)
 
     @property
     def fractional(self) -> bool:
@@ -118,6 +132,18 @@ class JobSpec:
     def total_gpus(self) -> int:
         """Whole GPUs the job holds (0 for a fractional job)."""
         return 0 if self.share is not None else self.tasks * self.gpus_per_task
+
+    @property
+    def fewest_tasks(self) -> int:
+        """The fewest tasks the job may start with: ``min_tasks`` for an elastic job, else every task."""
+        return self.tasks if self.min_tasks is None or self.scaling is Scaling.NONE else self.min_tasks
+
+    def runtime_with(self, tasks_given: int, default_runtime_s: float) -> float:
+        """Predicted runtime on ``tasks_given`` tasks (the estimate, or ``default_runtime_s`` without one)."""
+        base = self.estimated_runtime_s if self.estimated_runtime_s is not None else default_runtime_s
+        if tasks_given >= self.tasks or self.scaling is Scaling.NONE:
+            return base
+        return base * self.tasks / tasks_given
 
     @property
     def gpu_milli(self) -> int:

@@ -134,3 +134,27 @@ def test_fabric_index_levels_on_a_superpod() -> None:
     assert leaf.count == 2 and su.same_as_previous
     assert sorted(np.concatenate([leaf.hosts(d) for d in range(leaf.count)]).tolist()) == list(range(len(fab.hosts)))
     assert ix.host_gpus.tolist() == [8] * len(fab.hosts)
+
+
+def test_preempted_job_goes_back_to_the_queue_with_its_history() -> None:
+    from gpupool.domain.events import JobCheckpointed, JobPlaced, JobPreempted, JobStarted, JobSubmitted
+    from gpupool.domain.jobs import Allocation, JobSpec, TaskAllocation
+    from gpupool.fabric.generators import leaf_spine
+
+    fab = leaf_spine(1, 1, 2, gpus_per_host=4)
+    state = ClusterState(fab)
+    job = JobSpec("j", tasks=2, gpus_per_task=2)
+    alloc = Allocation("j", (TaskAllocation("node001", (0, 1)), TaskAllocation("node002", (0, 1))))
+    state.apply(JobSubmitted(job, 0.0))
+    state.apply(JobPlaced(alloc, 0.0))
+    state.apply(JobStarted("j", 10.0))
+    state.apply(JobCheckpointed("j", 60.0))
+    r = state.snapshot().running["j"]
+    assert r.last_checkpoint_s == 60.0 and r.work_lost_s(100.0) == 40.0 and r.runtime_s(100.0) == 90.0
+    state.apply(JobPreempted("j", 110.0, "priority"))
+    snap = state.snapshot()
+    assert snap.free_gpus() == 8  # both tasks released: a gang goes whole
+    assert [p.job_id for p in snap.pending] == ["j"]
+    assert snap.preemption_count["j"] == 1 and snap.attained_gpu_s["j"] == 400.0
+    state.apply(JobPlaced(alloc, 120.0))
+    assert state.snapshot().running["j"].preemptions == 1
