@@ -1,0 +1,34 @@
+"""The durable store: SQLAlchemy rows <-> domain objects, Alembic migrations, guarded (versioned) updates; SQLite by default, PostgreSQL in production.
+May import: gpupool.domain, gpupool.fabric (for fabric JSON), SQLAlchemy, Alembic.
+Must not import: scheduler, server, sim, agent, cluster.
+"""
+
+from gpupool.store.engine import default_url
+from gpupool.store.records import (
+    AuditEvent,
+    JobRecord,
+    LoadedState,
+    NodeRecord,
+    PoolRecord,
+    Principal,
+    QuotaRecord,
+    StoredFabric,
+    TenantRecord,
+    UsageTotal,
+)
+from gpupool.store.store import Store
+
+__all__ = [
+    "AuditEvent",
+    "JobRecord",
+    "LoadedState",
+    "NodeRecord",
+    "PoolRecord",
+    "Principal",
+    "QuotaRecord",
+    "Store",
+    "StoredFabric",
+    "TenantRecord",
+    "UsageTotal",
+    "default_url",
+]

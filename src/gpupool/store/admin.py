@@ -1,0 +1,381 @@
+"""Nodes, the fabric, tenants, quotas, pools, tokens and the audit log: the operator's side of the store.
+
+Node state changes go through ``gpupool.domain.states.transition`` like jobs do; every change here writes an
+audit event in the same transaction. Tokens are stored hashed (see ``tokens``); the clear text leaves this
+module once, as the return value of the call that made it, and is never put in an audit event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gpupool.domain.errors import ConflictError, InputError, NotFoundError, ParseError, StaleVersionError
+from gpupool.domain.events import HealthGrade
+from gpupool.domain.states import NODE_TRANSITIONS, NodeState, transition
+from gpupool.fabric import jsonio
+from gpupool.fabric.fabric import Fabric
+from gpupool.store import tokens
+from gpupool.store.base import StoreBase, dumps, loads
+from gpupool.store.records import AuditEvent, NodeRecord, PoolRecord, Principal, QuotaRecord, StoredFabric, TenantRecord
+from gpupool.store.rows import (
+    ApiTokenRow,
+    AuditRow,
+    FabricRow,
+    JoinTokenRow,
+    NodeRow,
+    PoolRow,
+    QuotaRow,
+    TenantRow,
+)
+
+_FABRIC_ID = 1
+
+
+def node_record(row: NodeRow) -> NodeRecord:
+    source = f"node {row.name}"
+    try:
+        state = NodeState(row.state)
+        labels = loads(row.labels, f"{source} (labels)")
+        health = tuple(HealthGrade(int(g)) for g in loads(row.health, f"{source} (health)"))
+    except (ValueError, TypeError) as e:
+        raise ParseError(f"stored node is malformed: {e}", source=source) from None
+    if not isinstance(labels, dict):
+        raise ParseError("stored labels are not a JSON object", source=source)
+    return NodeRecord(
+        name=row.name,
+        state=state,
+        gpu_model=row.gpu_model,
+        gpu_count=row.gpu_count,
+        labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+        health=health,
+        last_heartbeat_s=row.last_heartbeat_s,
+        version=row.version,
+    )
+
+
+def stored_fabric(row: FabricRow) -> StoredFabric:
+    return StoredFabric(jsonio.from_dict(loads(row.document, "stored fabric"), source="stored fabric"), row.version)
+
+
+class AdminMixin(StoreBase):
+    # -- nodes -------------------------------------------------------------------------------------------------
+    def upsert_node(
+        self, name: str, *, gpu_model: str, gpu_count: int, labels: Mapping[str, str] | None = None, actor: str
+    ) -> NodeRecord:
+        """Register a node (up) or update what it reports about itself; its state is left alone on update."""
+        if not name or gpu_count < 0:
+            raise InputError("a node needs a name and a GPU count >= 0", source=name or "<node>")
+        labels_json = dumps(dict(labels or {}))
+        with self._tx(write=True) as s:
+            now = self._clock()
+            row = s.get(NodeRow, name, with_for_update=self._postgres)
+            if row is None:
+                row = NodeRow(
+                    name=name,
+                    state=NodeState.UP.value,
+                    gpu_model=gpu_model,
+                    gpu_count=gpu_count,
+                    labels=labels_json,
+                    health="[]",
+                    last_heartbeat_s=None,
+                    version=1,
+                )
+                s.add(row)
+                action = "node.registered"
+            elif (row.gpu_model, row.gpu_count, row.labels) != (gpu_model, gpu_count, labels_json):
+                row.gpu_model, row.gpu_count, row.labels = gpu_model, gpu_count, labels_json
+                row.version += 1
+                action = "node.updated"
+            else:
+                return node_record(row)
+            data = {"gpu_model": gpu_model, "gpu_count": gpu_count, "labels": dict(labels or {})}
+            self._audit(s, actor, action, f"node/{name}", data, now)
+            s.flush()
+            return node_record(row)
+
+    def heartbeat(self, name: str, *, health: Sequence[HealthGrade] | None = None, actor: str) -> NodeRecord:
+        """An agent's sign of life: a lost node comes back up; a change of GPU health is recorded and audited."""
+        with self._tx(write=True) as s:
+            row = self._node(s, name)
+            now = self._clock()
+            row.last_heartbeat_s = now
+            if row.state == NodeState.LOST.value:
+                self._move_node(s, row, NodeState.UP, "its agent reported again", actor, now)
+            if health is not None:
+                new = dumps([int(g) for g in health])
+                if new != row.health:
+                    row.health = new
+                    row.version += 1
+                    self._audit(s, actor, "node.health", f"node/{name}", {"health": loads(new, name)}, now)
+            s.flush()
+            return node_record(row)
+
+    def transition_node(
+        self, name: str, new_state: NodeState, reason: str, actor: str, *, expected_version: int | None = None
+    ) -> NodeRecord:
+        with self._tx(write=True) as s:
+            row = self._node(s, name)
+            if expected_version is not None and row.version != expected_version:
+                raise StaleVersionError(f"node {name}: expected version {expected_version}, stored {row.version}")
+            self._move_node(s, row, new_state, reason, actor, self._clock())
+            s.flush()
+            return node_record(row)
+
+    def drain_node(self, name: str, reason: str, actor: str) -> NodeRecord:
+        return self.transition_node(name, NodeState.DRAINED, reason, actor)
+
+    def undrain_node(self, name: str, actor: str) -> NodeRecord:
+        return self.transition_node(name, NodeState.UP, "returned to service", actor)
+
+    def get_node(self, name: str) -> NodeRecord:
+        with self._tx(write=False) as s:
+            return node_record(self._node(s, name, lock=False))
+
+    def list_nodes(self) -> list[NodeRecord]:
+        with self._tx(write=False) as s:
+            return [node_record(r) for r in s.scalars(select(NodeRow).order_by(NodeRow.name))]
+
+    def _node(self, s: Session, name: str, *, lock: bool = True) -> NodeRow:
+        row = s.get(NodeRow, name, with_for_update=lock and self._postgres)
+        if row is None:
+            raise NotFoundError(f"node {name!r} is not registered")
+        return row
+
+    def _move_node(self, s: Session, row: NodeRow, new: NodeState, reason: str, actor: str, now: float) -> None:
+        current = NodeState(row.state)
+        transition(NODE_TRANSITIONS, current, new, f"node {row.name}")
+        row.state = new.value
+        row.version += 1
+        data = {"from": current.value, "to": new.value, "reason": reason}
+        self._audit(s, actor, f"node.{new.value}", f"node/{row.name}", data, now)
+
+    # -- fabric ------------------------------------------------------------------------------------------------
+    def put_fabric(self, fabric: Fabric, actor: str, *, expected_version: int | None = None) -> int:
+        """Replace the current fabric; ``expected_version`` (0 = none stored yet) guards against a lost update."""
+        document = dumps(jsonio.to_dict(fabric))
+        with self._tx(write=True) as s:
+            now = self._clock()
+            row = s.get(FabricRow, _FABRIC_ID, with_for_update=self._postgres)
+            stored = 0 if row is None else row.version
+            if expected_version is not None and expected_version != stored:
+                raise StaleVersionError(f"fabric: expected version {expected_version}, stored {stored}")
+            if row is None:
+                row = FabricRow(id=_FABRIC_ID, document=document, version=1, updated_s=now)
+                s.add(row)
+            else:
+                row.document, row.version, row.updated_s = document, row.version + 1, now
+            data = {"name": fabric.name, "version": row.version, "hosts": len(fabric.hosts)}
+            self._audit(s, actor, "fabric.replaced", "fabric", data, now)
+            return row.version
+
+    def get_fabric(self) -> StoredFabric | None:
+        with self._tx(write=False) as s:
+            row = s.get(FabricRow, _FABRIC_ID)
+            return None if row is None else stored_fabric(row)
+
+    # -- tenants and quotas ------------------------------------------------------------------------------------
+    def create_tenant(self, name: str, actor: str, *, weight: float = 1.0) -> TenantRecord:
+        if not name or weight <= 0:
+            raise InputError("a tenant needs a name and a weight > 0", source=name or "<tenant>")
+        try:
+            with self._tx(write=True) as s:
+                if s.get(TenantRow, name) is not None:
+                    raise ConflictError(f"tenant {name!r} already exists")
+                now = self._clock()
+                s.add(TenantRow(name=name, weight=weight, created_s=now))
+                self._audit(s, actor, "tenant.created", f"tenant/{name}", {"weight": weight}, now)
+        except IntegrityError:
+            raise ConflictError(f"tenant {name!r} already exists") from None
+        return TenantRecord(name, weight)
+
+    def set_tenant_weight(self, name: str, weight: float, actor: str) -> TenantRecord:
+        if weight <= 0:
+            raise InputError("a tenant's weight must be > 0", source=name)
+        with self._tx(write=True) as s:
+            self._require_tenant(s, name)
+            row = s.get(TenantRow, name, with_for_update=self._postgres)
+            assert row is not None
+            row.weight = weight
+            self._audit(s, actor, "tenant.weight", f"tenant/{name}", {"weight": weight}, self._clock())
+        return TenantRecord(name, weight)
+
+    def list_tenants(self) -> list[TenantRecord]:
+        with self._tx(write=False) as s:
+            return [TenantRecord(r.name, r.weight) for r in s.scalars(select(TenantRow).order_by(TenantRow.name))]
+
+    def set_quota(self, quota: QuotaRecord, actor: str) -> QuotaRecord:
+        limits = (quota.nominal_milli, quota.borrowing_limit_milli or 0, quota.lending_limit_milli or 0)
+        if min(limits) < 0:
+            raise InputError("quota amounts must be >= 0", source=f"quota {quota.tenant}/{quota.pool}")
+        with self._tx(write=True) as s:
+            self._require_tenant(s, quota.tenant)
+            key = (quota.tenant, quota.pool, quota.gpu_model)
+            row = s.get(QuotaRow, key, with_for_update=self._postgres)
+            if row is None:
+                row = QuotaRow(tenant=quota.tenant, pool=quota.pool, gpu_model=quota.gpu_model, nominal_milli=0)
+                s.add(row)
+            row.nominal_milli = quota.nominal_milli
+            row.borrowing_limit_milli = quota.borrowing_limit_milli
+            row.lending_limit_milli = quota.lending_limit_milli
+            data = {
+                "pool": quota.pool,
+                "gpu_model": quota.gpu_model,
+                "nominal_milli": quota.nominal_milli,
+                "borrowing_limit_milli": quota.borrowing_limit_milli,
+                "lending_limit_milli": quota.lending_limit_milli,
+            }
+            self._audit(s, actor, "quota.set", f"tenant/{quota.tenant}", data, self._clock())
+        return quota
+
+    def delete_quota(self, tenant: str, pool: str, gpu_model: str, actor: str) -> None:
+        with self._tx(write=True) as s:
+            gone = s.execute(
+                delete(QuotaRow).where(
+                    QuotaRow.tenant == tenant, QuotaRow.pool == pool, QuotaRow.gpu_model == gpu_model
+                )
+            )
+            if getattr(gone, "rowcount", 0) == 0:
+                raise NotFoundError(f"no quota for tenant {tenant!r} in pool {pool!r} on model {gpu_model!r}")
+            data = {"pool": pool, "gpu_model": gpu_model}
+            self._audit(s, actor, "quota.deleted", f"tenant/{tenant}", data, self._clock())
+
+    def list_quotas(self, tenant: str | None = None) -> list[QuotaRecord]:
+        q = select(QuotaRow).order_by(QuotaRow.tenant, QuotaRow.pool, QuotaRow.gpu_model)
+        if tenant is not None:
+            q = q.where(QuotaRow.tenant == tenant)
+        with self._tx(write=False) as s:
+            return [
+                QuotaRecord(
+                    r.tenant, r.pool, r.gpu_model, r.nominal_milli, r.borrowing_limit_milli, r.lending_limit_milli
+                )
+                for r in s.scalars(q)
+            ]
+
+    # -- pools -------------------------------------------------------------------------------------------------
+    def put_pool(
+        self, name: str, calendar: Mapping[str, Any], actor: str, *, expected_version: int | None = None
+    ) -> PoolRecord:
+        """Create or replace a pool's calendar document; ``expected_version`` (0 = new pool) guards a replace."""
+        if not name:
+            raise InputError("a pool needs a name", source="<pool>")
+        document = dumps(dict(calendar))
+        with self._tx(write=True) as s:
+            now = self._clock()
+            row = s.get(PoolRow, name, with_for_update=self._postgres)
+            stored = 0 if row is None else row.version
+            if expected_version is not None and expected_version != stored:
+                raise StaleVersionError(f"pool {name}: expected version {expected_version}, stored {stored}")
+            if row is None:
+                row = PoolRow(name=name, calendar=document, version=1, updated_s=now)
+                s.add(row)
+            else:
+                row.calendar, row.version, row.updated_s = document, row.version + 1, now
+            self._audit(s, actor, "pool.put", f"pool/{name}", {"version": row.version}, now)
+            return PoolRecord(name, dict(calendar), row.version)
+
+    def get_pool(self, name: str) -> PoolRecord:
+        with self._tx(write=False) as s:
+            row = s.get(PoolRow, name)
+            if row is None:
+                raise NotFoundError(f"pool {name!r} is not defined")
+            return PoolRecord(row.name, loads(row.calendar, f"pool {name} (calendar)"), row.version)
+
+    def list_pools(self) -> list[PoolRecord]:
+        with self._tx(write=False) as s:
+            rows = s.scalars(select(PoolRow).order_by(PoolRow.name))
+            return [PoolRecord(r.name, loads(r.calendar, f"pool {r.name} (calendar)"), r.version) for r in rows]
+
+    def delete_pool(self, name: str, actor: str) -> None:
+        with self._tx(write=True) as s:
+            gone = s.execute(delete(PoolRow).where(PoolRow.name == name))
+            if getattr(gone, "rowcount", 0) == 0:
+                raise NotFoundError(f"pool {name!r} is not defined")
+            self._audit(s, actor, "pool.deleted", f"pool/{name}", {}, self._clock())
+
+    # -- tokens ------------------------------------------------------------------------------------------------
+    def create_token(self, tenant: str | None, actor: str, *, admin: bool = False) -> str:
+        """A new API token for a tenant (or an admin token, ``tenant`` None): the clear text, shown once."""
+        if tenant is None and not admin:
+            raise InputError("a token speaks for a tenant, or is an admin token", source="<token>")
+        made = tokens.new_token("gpt")
+        with self._tx(write=True) as s:
+            if tenant is not None:
+                self._require_tenant(s, tenant)
+            now = self._clock()
+            s.add(
+                ApiTokenRow(
+                    id=made.id, tenant=tenant, admin=admin, secret_hash=made.hashed, created_s=now, revoked_s=None
+                )
+            )
+            data = {"token_id": made.id, "tenant": tenant, "admin": admin}
+            self._audit(s, actor, "token.created", f"token/{made.id}", data, now)
+        return made.clear
+
+    def authenticate(self, clear: str) -> Principal | None:
+        """The principal a clear token speaks for, or None for an unknown, revoked or malformed token."""
+        parts = tokens.split_token(clear, "gpt")
+        if parts is None:
+            return None
+        token_id, secret = parts
+        with self._tx(write=False) as s:
+            row = s.get(ApiTokenRow, token_id)
+            found = None if row is None else (row.secret_hash, row.revoked_s, row.tenant, row.admin)
+        if found is None or found[1] is not None:
+            # Hash anyway, so an unknown id costs as long as a wrong secret and timing tells nothing.
+            tokens.verify_secret(secret, tokens.DUMMY_HASH)
+            return None
+        if not tokens.verify_secret(secret, found[0]):
+            return None
+        return Principal(token_id=token_id, tenant=found[2], admin=found[3])
+
+    def revoke_token(self, token_id: str, actor: str) -> None:
+        with self._tx(write=True) as s:
+            row = s.get(ApiTokenRow, token_id)
+            if row is None:
+                raise NotFoundError(f"token {token_id!r} is not stored")
+            now = self._clock()
+            row.revoked_s = now
+            self._audit(s, actor, "token.revoked", f"token/{token_id}", {}, now)
+
+    def create_join_token(self, actor: str, *, ttl_s: float | None = None) -> str:
+        """A token an agent presents to register its node; the clear text, shown once."""
+        made = tokens.new_token("gpj")
+        with self._tx(write=True) as s:
+            now = self._clock()
+            expires = None if ttl_s is None else now + ttl_s
+            s.add(JoinTokenRow(id=made.id, secret_hash=made.hashed, created_s=now, expires_s=expires, revoked_s=None))
+            self._audit(s, actor, "join_token.created", f"join_token/{made.id}", {"expires_s": expires}, now)
+        return made.clear
+
+    def check_join_token(self, clear: str) -> bool:
+        parts = tokens.split_token(clear, "gpj")
+        if parts is None:
+            return False
+        with self._tx(write=False) as s:
+            row = s.get(JoinTokenRow, parts[0])
+            found = None if row is None else (row.secret_hash, row.revoked_s, row.expires_s)
+        if found is None or found[1] is not None or (found[2] is not None and self._clock() >= found[2]):
+            tokens.verify_secret(parts[1], tokens.DUMMY_HASH)
+            return False
+        return tokens.verify_secret(parts[1], found[0])
+
+    # -- audit -------------------------------------------------------------------------------------------------
+    def list_audit(
+        self, *, subject: str | None = None, action: str | None = None, after_id: int = 0, limit: int = 100
+    ) -> list[AuditEvent]:
+        q = select(AuditRow).where(AuditRow.id > after_id)
+        if subject is not None:
+            q = q.where(AuditRow.subject == subject)
+        if action is not None:
+            q = q.where(AuditRow.action == action)
+        with self._tx(write=False) as s:
+            rows = s.scalars(q.order_by(AuditRow.id).limit(max(0, limit)))
+            return [
+                AuditEvent(r.id, r.at_s, r.actor, r.action, r.subject, loads(r.data, f"audit event {r.id}"))
+                for r in rows
+            ]

@@ -1,0 +1,64 @@
+"""The part every store use case shares: the engine, the clock, one-transaction helper, and the audit writer."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpupool.domain.errors import ParseError, UnknownNameError
+from gpupool.store.engine import is_postgres, make_engine, migrate, transaction
+from gpupool.store.rows import AuditRow, TenantRow
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def loads(text: str, source: str) -> Any:
+    """JSON from a column; a malformed document is a ParseError naming the record, not a driver traceback."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ParseError(f"stored JSON is malformed: {e.msg}", source=source, line=e.lineno) from None
+
+
+class StoreBase:
+    """Owns the engine. Thread-safe: every method opens its own short transaction on a pooled connection."""
+
+    def __init__(self, url: str, *, clock: Callable[[], float] = time.time, busy_timeout_ms: int = 10_000) -> None:
+        self.url = url
+        self._engine = make_engine(url, busy_timeout_ms=busy_timeout_ms)
+        self._clock = clock
+        self._postgres = is_postgres(self._engine)
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest migration (Alembic upgrade head); safe to run on every start."""
+        migrate(self._engine)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> StoreBase:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self, *, write: bool) -> Iterator[Session]:
+        with transaction(self._engine, write=write) as session:
+            yield session
+
+    def _audit(self, s: Session, actor: str, action: str, subject: str, data: dict[str, Any], at_s: float) -> None:
+        s.add(AuditRow(at_s=at_s, actor=actor, action=action, subject=subject, data=dumps(data)))
+
+    @staticmethod
+    def _require_tenant(s: Session, tenant: str) -> None:
+        if s.scalar(select(TenantRow.name).where(TenantRow.name == tenant)) is None:
+            raise UnknownNameError(f"unknown tenant {tenant!r}")

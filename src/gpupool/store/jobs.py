@@ -1,0 +1,340 @@
+"""Jobs and their allocations: idempotent submit, guarded state changes, allocations checked inside the write.
+
+Every state change goes through ``gpupool.domain.states.transition`` and is written as a guarded update
+(``WHERE version = expected``) in the same transaction as its audit event, so a stale writer changes nothing.
+An allocation exists only while its job is placed or running: leaving those states deletes it and closes the
+job's usage intervals in the same transaction, so the stored GPUs in use are always the placed/running jobs'.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+
+from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from gpupool.domain.errors import (
+    AllocationConflictError,
+    ConflictError,
+    InputError,
+    NotFoundError,
+    ParseError,
+    StaleVersionError,
+)
+from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec, TaskAllocation
+from gpupool.domain.states import JOB_TRANSITIONS, JobState, NodeState, transition
+from gpupool.store.base import StoreBase, loads
+from gpupool.store.codec import allocation_to_dict, spec_from_json, spec_to_json
+from gpupool.store.records import JobRecord
+from gpupool.store.rows import AllocationRow, JobRow, NodeRow, UsageIntervalRow
+
+HOLDING = frozenset({JobState.PLACED, JobState.RUNNING})  # the states in which a job holds GPUs
+MAX_KEY = 256
+
+
+def job_record(row: JobRow) -> JobRecord:
+    source = f"job {row.id}"
+    try:
+        state = JobState(row.state)
+    except ValueError:
+        raise ParseError(f"stored state {row.state!r} is not a job state", source=source) from None
+    return JobRecord(
+        spec=spec_from_json(row.spec, source=f"{source} (spec)"),
+        state=state,
+        version=row.version,
+        idempotency_key=row.idempotency_key,
+        reason_code=row.reason_code,
+        reason=row.reason,
+        created_s=row.created_s,
+        updated_s=row.updated_s,
+    )
+
+
+def allocation_from_rows(job_id: str, rows: Sequence[AllocationRow]) -> Allocation:
+    tasks = []
+    for r in sorted(rows, key=lambda r: r.task_index):
+        gpus = loads(r.gpus, f"allocation of job {job_id}")
+        if not (isinstance(gpus, list) and all(isinstance(g, int) for g in gpus)):
+            raise ParseError(f"stored GPU list {r.gpus!r} is not a list of indices", source=f"allocation of {job_id}")
+        tasks.append(
+            TaskAllocation(
+                host=r.host,
+                gpus=tuple(gpus),
+                milli_gpu=r.milli_gpu,
+                gpu_memory_mib=r.gpu_memory_mib,
+                cpu_millicores=r.cpu_millicores,
+                memory_mib=r.memory_mib,
+            )
+        )
+    return Allocation(job_id=job_id, tasks=tuple(tasks))
+
+
+def _check_shape(job: JobSpec, allocation: Allocation) -> None:
+    """The allocation must be one the job asked for: its task count, GPUs per task, share size."""
+    where = f"allocation of job {job.job_id}"
+    if allocation.job_id != job.job_id:
+        raise InputError(f"allocation names job {allocation.job_id!r}", source=where)
+    if len(allocation.tasks) != job.tasks:
+        raise InputError(f"{len(allocation.tasks)} task allocations for a job of {job.tasks} tasks", source=where)
+    want_milli = job.share.milli_gpu if job.share is not None else MILLI_PER_GPU
+    for i, t in enumerate(allocation.tasks):
+        if len(t.gpus) != job.gpus_per_task or len(set(t.gpus)) != len(t.gpus) or min(t.gpus, default=0) < 0:
+            raise InputError(f"task {i}: GPUs {t.gpus} do not give {job.gpus_per_task} distinct GPUs", source=where)
+        if t.milli_gpu != want_milli:
+            raise InputError(f"task {i}: {t.milli_gpu} milli-GPU given, the job asks for {want_milli}", source=where)
+
+
+class JobsMixin(StoreBase):
+    def submit_job(self, spec: JobSpec, idempotency_key: str | None, actor: str) -> tuple[JobRecord, bool]:
+        """Store a new pending job; ``(job, created)``. The same key again (per tenant) returns the first job.
+
+        Concurrent submits with one key: the unique (tenant, key) constraint lets one insert win; the others
+        get an IntegrityError, roll back, and read the winner's job in a fresh transaction.
+        """
+        if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY:
+            raise InputError(f"an idempotency key has 1..{MAX_KEY} characters", source=f"job {spec.job_id}")
+        if idempotency_key is not None:
+            found = self._by_key(spec.tenant, idempotency_key)
+            if found is not None:
+                return found, False
+        try:
+            with self._tx(write=True) as s:
+                if idempotency_key is not None:
+                    # Under SQLite's BEGIN IMMEDIATE this read is serialised with every other writer.
+                    row = s.scalar(
+                        select(JobRow).where(JobRow.tenant == spec.tenant, JobRow.idempotency_key == idempotency_key)
+                    )
+                    if row is not None:
+                        return job_record(row), False
+                self._require_tenant(s, spec.tenant)
+                if s.get(JobRow, spec.job_id) is not None:
+                    raise ConflictError(f"job {spec.job_id}: a job with this id already exists")
+                now = self._clock()
+                row = JobRow(
+                    id=spec.job_id,
+                    tenant=spec.tenant,
+                    pool=spec.pool,
+                    name=spec.name,
+                    priority=int(spec.priority),
+                    state=JobState.PENDING.value,
+                    submit_time_s=spec.submit_time_s,
+                    spec=spec_to_json(spec),
+                    idempotency_key=idempotency_key,
+                    version=1,
+                    reason_code="",
+                    reason="",
+                    created_s=now,
+                    updated_s=now,
+                )
+                s.add(row)
+                self._audit(s, actor, "job.submitted", f"job/{spec.job_id}", {"key": idempotency_key}, now)
+                s.flush()
+                return job_record(row), True
+        except IntegrityError:
+            # Lost a race: on the same key, return the winner; on the same job id, it is a real conflict.
+            if idempotency_key is not None:
+                found = self._by_key(spec.tenant, idempotency_key)
+                if found is not None:
+                    return found, False
+            raise ConflictError(f"job {spec.job_id}: a job with this id already exists") from None
+
+    def _by_key(self, tenant: str, key: str) -> JobRecord | None:
+        with self._tx(write=False) as s:
+            row = s.scalar(select(JobRow).where(JobRow.tenant == tenant, JobRow.idempotency_key == key))
+            return None if row is None else job_record(row)
+
+    def get_job(self, job_id: str) -> JobRecord:
+        with self._tx(write=False) as s:
+            row = s.get(JobRow, job_id)
+            if row is None:
+                raise NotFoundError(f"job {job_id!r} is not stored")
+            return job_record(row)
+
+    def list_jobs(
+        self,
+        *,
+        tenant: str | None = None,
+        state: JobState | None = None,
+        pool: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> list[JobRecord]:
+        """Jobs in (submit time, id) order; ``after`` is the last id of the previous page (keyset paging)."""
+        q = select(JobRow)
+        if tenant is not None:
+            q = q.where(JobRow.tenant == tenant)
+        if state is not None:
+            q = q.where(JobRow.state == state.value)
+        if pool is not None:
+            q = q.where(JobRow.pool == pool)
+        with self._tx(write=False) as s:
+            if after is not None:
+                last = s.get(JobRow, after)
+                if last is None:
+                    raise NotFoundError(f"page cursor: job {after!r} is not stored")
+                q = q.where(
+                    or_(
+                        JobRow.submit_time_s > last.submit_time_s,
+                        and_(JobRow.submit_time_s == last.submit_time_s, JobRow.id > last.id),
+                    )
+                )
+            rows = s.scalars(q.order_by(JobRow.submit_time_s, JobRow.id).limit(max(0, limit))).all()
+            return [job_record(r) for r in rows]
+
+    def set_job_reason(self, job_id: str, reason_code: str, reason: str) -> None:
+        """Why a pending job waits, from the last scheduling cycle: advisory, so neither versioned nor audited."""
+        with self._tx(write=True) as s:
+            s.execute(
+                update(JobRow)
+                .where(JobRow.id == job_id, JobRow.state == JobState.PENDING.value)
+                .values(reason_code=reason_code, reason=reason)
+            )
+
+    def transition_job(
+        self,
+        job_id: str,
+        expected_version: int,
+        new_state: JobState,
+        reason: str,
+        actor: str,
+        *,
+        reason_code: str = "",
+    ) -> JobRecord:
+        """Move a job along its state machine under a guarded version; leaving placed/running frees its GPUs."""
+        if new_state is JobState.PLACED:
+            raise InputError("a job becomes placed only with its allocation: use record_allocation", source=job_id)
+        with self._tx(write=True) as s:
+            row, current = self._guard(s, job_id, expected_version, new_state)
+            now = self._clock()
+            if current in HOLDING and new_state not in HOLDING:
+                self._free(s, job_id, now)
+            self._bump(s, row, new_state, reason_code if new_state is JobState.PENDING else "", reason, now)
+            data = {"from": current.value, "to": new_state.value, "reason": reason}
+            self._audit(s, actor, f"job.{new_state.value}", f"job/{job_id}", data, now)
+            return job_record(row)
+
+    def release_allocation(
+        self,
+        job_id: str,
+        expected_version: int,
+        actor: str,
+        *,
+        new_state: JobState = JobState.PENDING,
+        reason: str = "",
+    ) -> JobRecord:
+        """Free a placed or running job's GPUs, moving it to ``new_state`` (requeued by default)."""
+        current = self.get_job(job_id).state
+        if current not in HOLDING:
+            raise InputError(f"job is {current.value}: it holds no allocation", source=f"job {job_id}")
+        return self.transition_job(job_id, expected_version, new_state, reason, actor)
+
+    def record_allocation(self, job_id: str, expected_version: int, allocation: Allocation, actor: str) -> JobRecord:
+        """Place a pending job: store its allocation, open its usage, move it to placed, all in one write.
+
+        Refused with AllocationConflictError when a GPU it names is already held whole, or when shares on one
+        GPU would pass 1000 milli. The check reads the allocations after locking the node rows involved
+        (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the only write lock), so two
+        concurrent placements on one host are checked one after the other.
+        """
+        with self._tx(write=True) as s:
+            row, _ = self._guard(s, job_id, expected_version, JobState.PLACED)
+            spec = job_record(row).spec
+            _check_shape(spec, allocation)
+            hosts = sorted(set(allocation.hosts))
+            lock = select(NodeRow).where(NodeRow.name.in_(hosts)).order_by(NodeRow.name)
+            nodes = {n.name: n for n in s.scalars(lock.with_for_update() if self._postgres else lock)}
+            self._check_capacity(s, job_id, allocation, nodes)
+            now = self._clock()
+            assignment = row.version + 1  # unique per job and increasing: the version this placement creates
+            milli_by_model: dict[str, int] = defaultdict(int)
+            for i, t in enumerate(allocation.tasks):
+                s.add(
+                    AllocationRow(
+                        job_id=job_id,
+                        assignment=assignment,
+                        task_index=i,
+                        host=t.host,
+                        gpus=json.dumps(list(t.gpus)),
+                        milli_gpu=t.milli_gpu,
+                        gpu_memory_mib=t.gpu_memory_mib,
+                        cpu_millicores=t.cpu_millicores,
+                        memory_mib=t.memory_mib,
+                    )
+                )
+                milli_by_model[nodes[t.host].gpu_model] += t.milli_gpu * len(t.gpus)
+            for model, milli in sorted(milli_by_model.items()):
+                s.add(
+                    UsageIntervalRow(
+                        job_id=job_id,
+                        tenant=spec.tenant,
+                        pool=spec.pool,
+                        gpu_model=model,
+                        milli_gpu=milli,
+                        start_s=now,
+                        end_s=None,
+                    )
+                )
+            self._bump(s, row, JobState.PLACED, "", "", now)
+            data = {"from": JobState.PENDING.value, "to": JobState.PLACED.value, **allocation_to_dict(allocation)}
+            self._audit(s, actor, "job.placed", f"job/{job_id}", data, now)
+            return job_record(row)
+
+    @staticmethod
+    def _check_capacity(s: Session, job_id: str, allocation: Allocation, nodes: dict[str, NodeRow]) -> None:
+        used: dict[tuple[str, int], int] = defaultdict(int)
+        for a in s.scalars(select(AllocationRow).where(AllocationRow.host.in_(list(nodes)))):
+            for g in loads(a.gpus, f"allocation of job {a.job_id}"):
+                used[(a.host, g)] += a.milli_gpu
+        for t in allocation.tasks:
+            node = nodes.get(t.host)
+            if node is None:
+                raise NotFoundError(f"job {job_id}: node {t.host!r} is not registered")
+            if node.state != NodeState.UP.value:
+                raise AllocationConflictError(f"job {job_id}: node {t.host} is {node.state}, not up")
+            for g in t.gpus:
+                if node.gpu_count and g >= node.gpu_count:
+                    raise AllocationConflictError(f"job {job_id}: {t.host} has no GPU {g} ({node.gpu_count} GPUs)")
+                held = used[(t.host, g)]
+                if held + t.milli_gpu > MILLI_PER_GPU:
+                    what = "held whole" if held >= MILLI_PER_GPU else f"{held} milli already given"
+                    raise AllocationConflictError(
+                        f"job {job_id}: GPU {g} of {t.host} is {what}; {t.milli_gpu} more would pass 1000 milli"
+                    )
+                used[(t.host, g)] = held + t.milli_gpu
+
+    @staticmethod
+    def _guard(s: Session, job_id: str, expected_version: int, new_state: JobState) -> tuple[JobRow, JobState]:
+        row = s.get(JobRow, job_id)
+        if row is None:
+            raise NotFoundError(f"job {job_id!r} is not stored")
+        if row.version != expected_version:
+            raise StaleVersionError(f"job {job_id}: expected version {expected_version}, stored {row.version}")
+        current = job_record(row).state
+        transition(JOB_TRANSITIONS, current, new_state, f"job {job_id}")
+        return row, current
+
+    @staticmethod
+    def _bump(s: Session, row: JobRow, state: JobState, reason_code: str, reason: str, now: float) -> None:
+        # The read in _guard saw the expected version, but on PostgreSQL another transaction may have committed
+        # since: the WHERE on the version is the real guard, and a zero row count rolls the whole change back.
+        result = s.execute(
+            update(JobRow)
+            .where(JobRow.id == row.id, JobRow.version == row.version)
+            .values(state=state.value, version=row.version + 1, reason_code=reason_code, reason=reason, updated_s=now)
+            .execution_options(synchronize_session=False)
+        )
+        if getattr(result, "rowcount", 1) != 1:
+            raise StaleVersionError(f"job {row.id}: changed by another writer during this update")
+        s.refresh(row)
+
+    @staticmethod
+    def _free(s: Session, job_id: str, now: float) -> None:
+        s.execute(delete(AllocationRow).where(AllocationRow.job_id == job_id))
+        s.execute(
+            update(UsageIntervalRow)
+            .where(UsageIntervalRow.job_id == job_id, UsageIntervalRow.end_s.is_(None))
+            .values(end_s=now)
+        )

@@ -1,0 +1,109 @@
+"""What the store hands back: frozen domain-side records, never ORM rows (those stay inside a transaction)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpupool.domain.events import HealthGrade
+from gpupool.domain.jobs import Allocation, JobSpec
+from gpupool.domain.states import JobState, NodeState
+from gpupool.fabric.fabric import Fabric
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A stored job: its spec, where it is in the state machine, and the version a guarded update must quote."""
+
+    spec: JobSpec
+    state: JobState
+    version: int
+    idempotency_key: str | None
+    reason_code: str  # why a waiting job waits (the scheduler's code); "" when not waiting
+    reason: str
+    created_s: float
+    updated_s: float
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    name: str
+    state: NodeState
+    gpu_model: str
+    gpu_count: int
+    labels: tuple[tuple[str, str], ...]
+    health: tuple[HealthGrade, ...]  # one grade per GPU index; empty until the agent reports
+    last_heartbeat_s: float | None
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRecord:
+    name: str
+    weight: float
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRecord:
+    """A tenant's share of a pool's GPUs of one model ("" = any model), in milli-GPU; None limits: unlimited."""
+
+    tenant: str
+    pool: str
+    gpu_model: str
+    nominal_milli: int
+    borrowing_limit_milli: int | None = None
+    lending_limit_milli: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRecord:
+    name: str
+    calendar: dict[str, Any]
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a token speaks for: a tenant, or an admin (``tenant`` None)."""
+
+    token_id: str
+    tenant: str | None
+    admin: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    id: int
+    at_s: float
+    actor: str
+    action: str
+    subject: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTotal:
+    tenant: str
+    gpu_model: str
+    pool: str
+    gpu_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFabric:
+    fabric: Fabric
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedState:
+    """Everything a server needs at start-up to rebuild its in-memory cluster state."""
+
+    jobs: tuple[JobRecord, ...]  # pending, placed and running jobs, in submit order
+    allocations: tuple[Allocation, ...]  # the current allocation of every placed or running job
+    nodes: tuple[NodeRecord, ...]
+    fabric: StoredFabric | None

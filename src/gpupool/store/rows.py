@@ -1,0 +1,170 @@
+"""The tables, as SQLAlchemy 2 typed declarative ``*Row`` classes. The migrations must match these exactly.
+
+Times are float seconds on the store's clock (the domain's unit), not database timestamps: the scheduler and
+the simulator speak seconds, and one unit avoids time-zone conversions between SQLite and PostgreSQL.
+JSON documents are kept as text so that a malformed document can be read back and reported, not crash the
+driver, and so the two backends store byte-identical values.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Deterministic constraint names: Alembic's batch mode on SQLite and the model/migration comparison need them.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class TenantRow(Base):
+    __tablename__ = "tenants"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    created_s: Mapped[float] = mapped_column(Float)
+
+
+class PoolRow(Base):
+    __tablename__ = "pools"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    calendar: Mapped[str] = mapped_column(Text, default="{}")  # JSON document: reservations and windows
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    updated_s: Mapped[float] = mapped_column(Float)
+
+
+class QuotaRow(Base):
+    __tablename__ = "quotas"
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name", ondelete="CASCADE"), primary_key=True)
+    pool: Mapped[str] = mapped_column(String(128), primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(String(128), primary_key=True)  # "" means any model
+    nominal_milli: Mapped[int] = mapped_column(Integer)
+    borrowing_limit_milli: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: unlimited
+    lending_limit_milli: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        # One job per (tenant, key): the database, not a read-then-write in Python, is what stops duplicates.
+        UniqueConstraint("tenant", "idempotency_key"),
+        Index("ix_jobs_state_submit", "state", "submit_time_s"),
+        Index("ix_jobs_tenant_submit", "tenant", "submit_time_s"),
+        Index("ix_jobs_submit_id", "submit_time_s", "id"),
+    )
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"))
+    pool: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str] = mapped_column(String(256), default="")
+    priority: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    submit_time_s: Mapped[float] = mapped_column(Float)
+    spec: Mapped[str] = mapped_column(Text)
+    idempotency_key: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    reason_code: Mapped[str] = mapped_column(String(64), default="")
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_s: Mapped[float] = mapped_column(Float)
+    updated_s: Mapped[float] = mapped_column(Float)
+
+
+class AllocationRow(Base):
+    """One task's share of one placement; ``assignment`` numbers the job's placements (1 for the first)."""
+
+    __tablename__ = "allocations"
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    assignment: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host: Mapped[str] = mapped_column(ForeignKey("nodes.name"), index=True)
+    gpus: Mapped[str] = mapped_column(Text)  # JSON list of GPU indices on the host
+    milli_gpu: Mapped[int] = mapped_column(Integer)
+    gpu_memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    cpu_millicores: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+    name: Mapped[str] = mapped_column(String(256), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    gpu_model: Mapped[str] = mapped_column(String(128), default="")
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    labels: Mapped[str] = mapped_column(Text, default="{}")  # JSON object
+    health: Mapped[str] = mapped_column(Text, default="[]")  # JSON list: one HealthGrade value per GPU
+    last_heartbeat_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class FabricRow(Base):
+    """The one current fabric document (id 1); a new import replaces it under a guarded version."""
+
+    __tablename__ = "fabric"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    document: Mapped[str] = mapped_column(Text)
+    version: Mapped[int] = mapped_column(Integer)
+    updated_s: Mapped[float] = mapped_column(Float)
+
+
+class ApiTokenRow(Base):
+    """A tenant's or an admin's API token: only a salted hash is kept; ``id`` is the lookup prefix."""
+
+    __tablename__ = "api_tokens"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(ForeignKey("tenants.name", ondelete="CASCADE"), nullable=True)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    secret_hash: Mapped[str] = mapped_column(String(256))
+    created_s: Mapped[float] = mapped_column(Float)
+    revoked_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class JoinTokenRow(Base):
+    """An agent join token: hashed like API tokens; an agent presents it once to register its node."""
+
+    __tablename__ = "agent_join_tokens"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    secret_hash: Mapped[str] = mapped_column(String(256))
+    created_s: Mapped[float] = mapped_column(Float)
+    expires_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    revoked_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class AuditRow(Base):
+    __tablename__ = "audit_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at_s: Mapped[float] = mapped_column(Float, index=True)
+    actor: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(64))
+    subject: Mapped[str] = mapped_column(String(256), index=True)
+    data: Mapped[str] = mapped_column(Text, default="{}")  # JSON object
+
+
+class UsageIntervalRow(Base):
+    """GPU time held by one job on one GPU model: open (``end_s`` NULL) while the allocation lasts."""
+
+    __tablename__ = "usage_intervals"
+    __table_args__ = (Index("ix_usage_intervals_window", "start_s", "end_s"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(128), index=True)
+    tenant: Mapped[str] = mapped_column(String(128))
+    pool: Mapped[str] = mapped_column(String(128))
+    gpu_model: Mapped[str] = mapped_column(String(128))
+    milli_gpu: Mapped[int] = mapped_column(Integer)
+    start_s: Mapped[float] = mapped_column(Float)
+    end_s: Mapped[float | None] = mapped_column(Float, nullable=True)
