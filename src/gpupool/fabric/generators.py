@@ -5,7 +5,7 @@ Names and GUIDs are deterministic, so two generations with the same arguments ar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpupool.domain.errors import FabricError
 from gpupool.fabric.fabric import Fabric
@@ -36,6 +36,11 @@ QM9700_PORTS = 64
 QM9700_MODEL = "MQM9700"
 SUPERPOD_NODES_PER_SU = 32
 SUPERPOD_SPINES = {1: 4, 2: 8, 3: 16, 4: 16}  # NVIDIA DGX SuperPOD (H100) RA, compute fabric component table
+
+
+def _single_homed(spec: ServerSpec | None, gpus: int) -> ServerSpec:
+    """The server of a single-homed fabric: the given model (a DGX H100 by default) with one HCA."""
+    return replace(spec or DGX_H100, gpus=gpus, hcas=1)
 
 
 class _Builder:
@@ -168,16 +173,7 @@ def leaf_spine(
     spread round-robin over the spines (parallel links where there are more uplinks than spines)."""
     if leaves < 1 or spines < 1 or hosts_per_leaf < 1 or oversubscription <= 0:
         raise FabricError("leaves, spines and hosts per leaf must be >= 1 and oversubscription > 0")
-    base = spec or DGX_H100
-    spec = ServerSpec(
-        gpus=gpus_per_host,
-        gpu_model=base.gpu_model,
-        gpu_memory_mib=base.gpu_memory_mib,
-        nvlink_gbps=base.nvlink_gbps,
-        hcas=1,
-        cpu_millicores=base.cpu_millicores,
-        memory_mib=base.memory_mib,
-    )
+    spec = _single_homed(spec, gpus_per_host)
     b = _Builder("ls")
     spine_ids = [b.switch(f"spine-{s + 1:02d}", ports=max(64, leaves * 2)) for s in range(spines)]
     uplinks = max(1, -(-hosts_per_leaf * 1000 // round(oversubscription * 1000)))
@@ -197,16 +193,7 @@ def fat_tree(k: int, gpus_per_host: int = 8, spec: ServerSpec | None = None, *, 
     """A 3-tier k-ary fat-tree: k pods of k/2 edge and k/2 aggregation switches, (k/2)^2 cores, k^3/4 hosts."""
     if k < 2 or k % 2:
         raise FabricError(f"a k-ary fat-tree needs an even k >= 2, got {k}")
-    base = spec or DGX_H100
-    spec = ServerSpec(
-        gpus=gpus_per_host,
-        gpu_model=base.gpu_model,
-        gpu_memory_mib=base.gpu_memory_mib,
-        nvlink_gbps=base.nvlink_gbps,
-        hcas=1,
-        cpu_millicores=base.cpu_millicores,
-        memory_mib=base.memory_mib,
-    )
+    spec = _single_homed(spec, gpus_per_host)
     half = k // 2
     b = _Builder("ft")
     cores = [b.switch(f"core-{c + 1:03d}", ports=k) for c in range(half * half)]
