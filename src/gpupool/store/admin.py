@@ -14,7 +14,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gpupool.domain.errors import ConflictError, InputError, NotFoundError, ParseError, StaleVersionError
+from gpupool.domain.errors import ConflictError, FabricError, InputError, NotFoundError, ParseError, StaleVersionError
 from gpupool.domain.events import HealthGrade
 from gpupool.domain.states import NODE_TRANSITIONS, NodeState, transition
 from gpupool.fabric import jsonio
@@ -59,7 +59,14 @@ def node_record(row: NodeRow) -> NodeRecord:
 
 
 def stored_fabric(row: FabricRow) -> StoredFabric:
-    return StoredFabric(jsonio.from_dict(loads(row.document, "stored fabric"), source="stored fabric"), row.version)
+    source = f"stored fabric (version {row.version})"
+    try:
+        return StoredFabric(jsonio.from_dict(loads(row.document, source), source=source), row.version)
+    except InputError as e:
+        # Whatever jsonio calls it, a stored document the store cannot read back is a ParseError of that record.
+        raise ParseError(e.reason, source=source, line=e.line) from None
+    except FabricError as e:
+        raise ParseError(e.message, source=source) from None
 
 
 class AdminMixin(StoreBase):

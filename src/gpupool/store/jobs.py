@@ -285,9 +285,12 @@ class JobsMixin(StoreBase):
     @staticmethod
     def _check_capacity(s: Session, job_id: str, allocation: Allocation, nodes: dict[str, NodeRow]) -> None:
         used: dict[tuple[str, int], int] = defaultdict(int)
+        whole: set[tuple[str, int]] = set()  # only to word the refusal: held by one whole-GPU job
         for a in s.scalars(select(AllocationRow).where(AllocationRow.host.in_(list(nodes)))):
             for g in loads(a.gpus, f"allocation of job {a.job_id}"):
                 used[(a.host, g)] += a.milli_gpu
+                if a.milli_gpu >= MILLI_PER_GPU:
+                    whole.add((a.host, g))
         for t in allocation.tasks:
             node = nodes.get(t.host)
             if node is None:
@@ -299,11 +302,13 @@ class JobsMixin(StoreBase):
                     raise AllocationConflictError(f"job {job_id}: {t.host} has no GPU {g} ({node.gpu_count} GPUs)")
                 held = used[(t.host, g)]
                 if held + t.milli_gpu > MILLI_PER_GPU:
-                    what = "held whole" if held >= MILLI_PER_GPU else f"{held} milli already given"
+                    what = "held whole" if (t.host, g) in whole else f"shared with {held} milli already given"
                     raise AllocationConflictError(
                         f"job {job_id}: GPU {g} of {t.host} is {what}; {t.milli_gpu} more would pass 1000 milli"
                     )
                 used[(t.host, g)] = held + t.milli_gpu
+                if t.milli_gpu >= MILLI_PER_GPU:
+                    whole.add((t.host, g))
 
     @staticmethod
     def _guard(s: Session, job_id: str, expected_version: int, new_state: JobState) -> tuple[JobRow, JobState]:

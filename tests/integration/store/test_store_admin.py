@@ -1,0 +1,181 @@
+"""Operator records: hashed tokens, nodes, the fabric, tenants, quotas, pools, audit, and the start-up load."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import sqlalchemy as sa
+
+from gpupool.domain.errors import (
+    ConflictError,
+    InputError,
+    NotFoundError,
+    ParseError,
+    StaleVersionError,
+    TransitionError,
+    UnknownNameError,
+)
+from gpupool.domain.events import HealthGrade
+from gpupool.domain.jobs import Allocation, JobSpec, TaskAllocation
+from gpupool.domain.states import JobState, NodeState
+from gpupool.fabric.generators import fat_tree
+from gpupool.store import Principal, QuotaRecord, Store
+
+Spec = Callable[..., JobSpec]
+
+
+def _all_text(store: Store) -> list[str]:
+    """Every value of every text-like column of every table: where a leaked secret would show."""
+    values: list[str] = []
+    insp = sa.inspect(store._engine)
+    with store._engine.connect() as conn:
+        for table in insp.get_table_names():
+            cols = [c["name"] for c in insp.get_columns(table) if isinstance(c["type"], sa.String | sa.Text)]
+            for col in cols:
+                values += [v for (v,) in conn.execute(sa.text(f'SELECT "{col}" FROM "{table}"')) if v is not None]
+    return values
+
+
+def test_tokens_are_stored_hashed_and_authenticate(store: Store, clock: object) -> None:
+    tenant_token = store.create_token("acme", actor="admin")
+    admin_token = store.create_token(None, actor="bootstrap", admin=True)
+    join_token = store.create_join_token(actor="admin", ttl_s=60.0)
+    texts = _all_text(store)
+    assert len(texts) > 10  # the scan really read the tables
+    for clear in (tenant_token, admin_token, join_token):
+        secret = clear.split("_", 2)[2]
+        assert not any(secret in v for v in texts), "a clear token secret is in the database"
+    token_id = tenant_token.split("_")[1]
+    assert any(token_id in v for v in texts)  # the lookup prefix is stored; the secret is not
+    assert store.authenticate(tenant_token) == Principal(token_id, "acme", admin=False)
+    assert store.authenticate(admin_token) == Principal(admin_token.split("_")[1], None, admin=True)
+    assert store.check_join_token(join_token)
+
+
+@pytest.mark.parametrize(
+    "mangle", [lambda t: t + "x", lambda t: t[:-1], lambda t: "gpt_" + "0" * 16 + "_abc", str.upper]
+)
+def test_wrong_or_malformed_tokens_do_not_authenticate(store: Store, mangle: Callable[[str], str]) -> None:
+    token = store.create_token("acme", actor="admin")
+    assert store.authenticate(mangle(token)) is None
+    assert store.authenticate("") is None
+    assert store.authenticate("Bearer nonsense") is None
+
+
+def test_revoked_and_expired_tokens_stop_working(store: Store, clock: object) -> None:
+    from conftest import Clock
+
+    assert isinstance(clock, Clock)
+    token = store.create_token("acme", actor="admin")
+    store.revoke_token(token.split("_")[1], actor="admin")
+    assert store.authenticate(token) is None
+    join = store.create_join_token(actor="admin", ttl_s=60.0)
+    clock.t += 61.0
+    assert not store.check_join_token(join)
+    assert not store.check_join_token(token)  # an API token is not a join token
+    with pytest.raises(UnknownNameError, match="unknown tenant 'ghost'"):
+        store.create_token("ghost", actor="admin")
+    with pytest.raises(InputError):
+        store.create_token(None, actor="admin")
+    assert {e.action for e in store.list_audit()} >= {"token.created", "token.revoked", "join_token.created"}
+
+
+def test_node_lifecycle_follows_the_state_machine(store: Store) -> None:
+    node = store.upsert_node("h1", gpu_model="H100", gpu_count=8, labels={"rack": "r1"}, actor="agent")
+    assert (node.state, node.labels, node.version) == (NodeState.UP, (("rack", "r1"),), 1)
+    assert store.upsert_node("h1", gpu_model="H100", gpu_count=8, labels={"rack": "r1"}, actor="agent") == node
+    beat = store.heartbeat("h1", health=[HealthGrade.OK] * 7 + [HealthGrade.BAD], actor="agent")
+    assert beat.health[-1] is HealthGrade.BAD and beat.last_heartbeat_s == 1_000.0
+    drained = store.drain_node("h1", "xid 79", actor="op")
+    assert drained.state is NodeState.DRAINED
+    with pytest.raises(TransitionError, match="cannot go from drained to drained"):
+        store.drain_node("h1", "again", actor="op")
+    with pytest.raises(StaleVersionError):
+        store.transition_node("h1", NodeState.LOST, "", actor="s", expected_version=1)
+    store.transition_node("h1", NodeState.LOST, "silent", actor="s", expected_version=drained.version)
+    back = store.heartbeat("h1", actor="agent")  # a lost node's agent reports again: up
+    assert back.state is NodeState.UP
+    actions = [e.action for e in store.list_audit(subject="node/h1")]
+    assert actions == ["node.registered", "node.health", "node.drained", "node.lost", "node.up"]
+    with pytest.raises(NotFoundError):
+        store.heartbeat("nope", actor="agent")
+    assert [n.name for n in store.list_nodes()] == ["h1"]
+
+
+def test_fabric_is_one_guarded_document(store: Store) -> None:
+    assert store.get_fabric() is None
+    fabric = fat_tree(4)
+    assert store.put_fabric(fabric, actor="op", expected_version=0) == 1
+    stored = store.get_fabric()
+    assert stored is not None
+    assert stored.version == 1
+    assert [h.name for h in stored.fabric.hosts] == [h.name for h in fabric.hosts]
+    assert len(stored.fabric.links) == len(fabric.links)
+    with pytest.raises(StaleVersionError):
+        store.put_fabric(fabric, actor="op", expected_version=0)
+    assert store.put_fabric(fabric, actor="op", expected_version=1) == 2
+    with store._engine.begin() as conn:
+        conn.execute(sa.text('UPDATE fabric SET document = \'{"format": "other"}\''))
+    with pytest.raises(ParseError):
+        store.get_fabric()
+
+
+def test_tenants_quotas_and_pools(store: Store) -> None:
+    with pytest.raises(ConflictError, match="already exists"):
+        store.create_tenant("acme", actor="admin")
+    store.set_tenant_weight("beta", 3.0, actor="admin")
+    assert [(t.name, t.weight) for t in store.list_tenants()] == [("acme", 1.0), ("beta", 3.0)]
+    q = QuotaRecord("acme", "train", "H100", nominal_milli=16_000, borrowing_limit_milli=8_000)
+    store.set_quota(q, actor="admin")
+    store.set_quota(QuotaRecord("acme", "train", "H100", nominal_milli=32_000), actor="admin")
+    store.set_quota(QuotaRecord("beta", "train", "", nominal_milli=1_000, lending_limit_milli=0), actor="admin")
+    assert store.list_quotas("acme") == [QuotaRecord("acme", "train", "H100", 32_000)]
+    assert len(store.list_quotas()) == 2
+    with pytest.raises(UnknownNameError):
+        store.set_quota(QuotaRecord("ghost", "train", "", 1), actor="admin")
+    with pytest.raises(InputError):
+        store.set_quota(QuotaRecord("acme", "train", "", -1), actor="admin")
+    store.delete_quota("acme", "train", "H100", actor="admin")
+    with pytest.raises(NotFoundError):
+        store.delete_quota("acme", "train", "H100", actor="admin")
+
+    cal = {"reservations": [{"tenant": "acme", "from_s": 0, "to_s": 3600, "gpus": 8}]}
+    pool = store.put_pool("train", cal, actor="admin", expected_version=0)
+    assert (pool.version, store.get_pool("train").calendar) == (1, cal)
+    with pytest.raises(StaleVersionError):
+        store.put_pool("train", {}, actor="admin", expected_version=0)
+    store.put_pool("train", {}, actor="admin", expected_version=1)
+    assert [(p.name, p.version, p.calendar) for p in store.list_pools()] == [("train", 2, {})]
+    store.delete_pool("train", actor="admin")
+    with pytest.raises(NotFoundError):
+        store.get_pool("train")
+    actions = {e.action for e in store.list_audit(limit=1000)}
+    assert actions >= {"tenant.created", "tenant.weight", "quota.set", "quota.deleted", "pool.put", "pool.deleted"}
+
+
+def test_load_state_has_live_jobs_allocations_nodes_and_fabric(store: Store, make_spec: Spec) -> None:
+    store.put_fabric(fat_tree(4), actor="op")
+    store.upsert_node("h1", gpu_model="H100", gpu_count=8, actor="agent")
+    for i in range(4):
+        store.submit_job(make_spec(f"j{i}", submit_time_s=float(i)), None, actor="u")
+    store.record_allocation("j1", 1, Allocation("j1", (TaskAllocation("h1", (2,)),)), actor="s")
+    store.transition_job("j2", 1, JobState.CANCELLED, "", actor="u")
+    state = store.load_state()
+    assert [(j.job_id, j.state) for j in state.jobs] == [
+        ("j0", JobState.PENDING),
+        ("j1", JobState.PLACED),
+        ("j3", JobState.PENDING),
+    ]
+    assert state.allocations == (Allocation("j1", (TaskAllocation("h1", (2,)),)),)
+    assert [n.name for n in state.nodes] == ["h1"]
+    assert state.fabric is not None and state.fabric.version == 1
+
+
+def test_audit_listing_pages_by_id(store: Store) -> None:
+    for i in range(5):
+        store.create_tenant(f"t{i}", actor="admin")
+    first = store.list_audit(action="tenant.created", limit=3)
+    rest = store.list_audit(action="tenant.created", after_id=first[-1].id)
+    names = [e.subject for e in first + rest]
+    assert names == ["tenant/acme", "tenant/beta"] + [f"tenant/t{i}" for i in range(5)]

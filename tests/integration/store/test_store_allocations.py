@@ -1,0 +1,178 @@
+"""Allocations: a GPU is never given twice, shares of one GPU never pass 1000 milli, releases free GPUs, usage."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+import sqlalchemy as sa
+
+from gpupool.domain.errors import (
+    AllocationConflictError,
+    ConflictError,
+    InputError,
+    NotFoundError,
+    StaleVersionError,
+)
+from gpupool.domain.jobs import Allocation, GpuShare, JobSpec, TaskAllocation
+from gpupool.domain.states import JobState
+from gpupool.store import Store, UsageTotal
+
+Spec = Callable[..., JobSpec]
+
+
+@pytest.fixture
+def nodes(store: Store) -> Store:
+    store.upsert_node("h1", gpu_model="H100", gpu_count=8, actor="agent")
+    store.upsert_node("h2", gpu_model="A100", gpu_count=4, actor="agent")
+    return store
+
+
+def whole(job_id: str, host: str, *gpus: int) -> Allocation:
+    return Allocation(job_id, (TaskAllocation(host, tuple(gpus)),))
+
+
+def share(job_id: str, host: str, gpu: int, milli: int) -> Allocation:
+    return Allocation(job_id, (TaskAllocation(host, (gpu,), milli_gpu=milli, gpu_memory_mib=1024),))
+
+
+def _allocation_rows(store: Store) -> int:
+    with store._engine.connect() as conn:
+        return int(conn.execute(sa.text("SELECT count(*) FROM allocations")).scalar_one())
+
+
+def test_allocation_places_the_job_and_is_loaded_back(nodes: Store, make_spec: Spec) -> None:
+    job, _ = nodes.submit_job(make_spec("j1", gpus_per_task=2), None, actor="a")
+    placed = nodes.record_allocation("j1", job.version, whole("j1", "h1", 0, 1), actor="scheduler")
+    assert (placed.state, placed.version) == (JobState.PLACED, 2)
+    state = nodes.load_state()
+    assert state.allocations == (whole("j1", "h1", 0, 1),)
+    assert [j.job_id for j in state.jobs] == ["j1"]
+    event = nodes.list_audit(action="job.placed")[0]
+    assert (event.actor, event.data["tasks"][0]["gpus"]) == ("scheduler", [0, 1])
+
+
+def test_a_whole_gpu_already_held_is_refused_and_nothing_is_written(nodes: Store, make_spec: Spec) -> None:
+    a, _ = nodes.submit_job(make_spec("a", gpus_per_task=2), None, actor="u")
+    b, _ = nodes.submit_job(make_spec("b", gpus_per_task=2), None, actor="u")
+    nodes.record_allocation("a", a.version, whole("a", "h1", 0, 1), actor="s")
+    with pytest.raises(AllocationConflictError, match="GPU 1 of h1 is held whole") as err:
+        nodes.record_allocation("b", b.version, whole("b", "h1", 1, 2), actor="s")
+    assert err.value.code == "ALLOCATION_CONFLICT"
+    assert isinstance(err.value, ConflictError)
+    assert nodes.get_job("b") == b
+    assert _allocation_rows(nodes) == 1
+    # A share on a GPU held whole is refused as well.
+    c, _ = nodes.submit_job(make_spec("c", share=GpuShare(100)), None, actor="u")
+    with pytest.raises(AllocationConflictError):
+        nodes.record_allocation("c", c.version, share("c", "h1", 0, 100), actor="s")
+    # Other GPUs of the host, and the same GPU index on another host, are free.
+    nodes.record_allocation("b", b.version, whole("b", "h1", 2, 3), actor="s")
+    nodes.record_allocation("c", c.version, share("c", "h2", 0, 100), actor="s")
+
+
+def test_fractional_shares_on_one_gpu_sum_to_at_most_1000(nodes: Store, make_spec: Spec) -> None:
+    for name, milli in [("s1", 500), ("s2", 300), ("s3", 200), ("s4", 1)]:
+        nodes.submit_job(make_spec(name, share=GpuShare(milli)), None, actor="u")
+    nodes.record_allocation("s1", 1, share("s1", "h2", 3, 500), actor="s")
+    nodes.record_allocation("s2", 1, share("s2", "h2", 3, 300), actor="s")
+    nodes.record_allocation("s3", 1, share("s3", "h2", 3, 200), actor="s")  # exactly 1000: allowed
+    with pytest.raises(AllocationConflictError, match="1000 milli already given; 1 more would pass 1000"):
+        nodes.record_allocation("s4", 1, share("s4", "h2", 3, 1), actor="s")
+    # A whole-GPU job cannot take a GPU that carries shares.
+    w, _ = nodes.submit_job(make_spec("w"), None, actor="u")
+    with pytest.raises(AllocationConflictError, match="1000 milli already given"):
+        nodes.record_allocation("w", w.version, whole("w", "h2", 3), actor="s")
+    # Releasing one share makes room again.
+    nodes.release_allocation("s2", 2, actor="s", new_state=JobState.FAILED)
+    nodes.record_allocation("s4", 1, share("s4", "h2", 3, 1), actor="s")
+
+
+def test_two_tasks_of_one_job_may_not_share_a_whole_gpu(nodes: Store, make_spec: Spec) -> None:
+    nodes.submit_job(make_spec("g", tasks=2), None, actor="u")
+    alloc = Allocation("g", (TaskAllocation("h1", (5,)), TaskAllocation("h1", (5,))))
+    with pytest.raises(AllocationConflictError, match="GPU 5 of h1"):
+        nodes.record_allocation("g", 1, alloc, actor="s")
+
+
+def test_concurrent_placements_on_one_gpu_let_exactly_one_win(nodes: Store, make_spec: Spec) -> None:
+    n = 6
+    for i in range(n):
+        nodes.submit_job(make_spec(f"r{i}"), None, actor="u")
+    barrier = threading.Barrier(n)
+    outcomes: list[str] = []
+
+    def place(i: int) -> None:
+        barrier.wait()
+        try:
+            nodes.record_allocation(f"r{i}", 1, whole(f"r{i}", "h1", 7), actor="s")
+            outcomes.append("ok")
+        except AllocationConflictError:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=place, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["ok"] + ["refused"] * (n - 1)
+    assert _allocation_rows(nodes) == 1
+
+
+def test_allocations_must_match_the_job_and_the_node(nodes: Store, make_spec: Spec) -> None:
+    job, _ = nodes.submit_job(make_spec("j", gpus_per_task=2), None, actor="u")
+    with pytest.raises(InputError, match="do not give 2 distinct GPUs"):
+        nodes.record_allocation("j", 1, whole("j", "h1", 0), actor="s")
+    with pytest.raises(InputError, match="names job 'x'"):
+        nodes.record_allocation("j", 1, whole("x", "h1", 0, 1), actor="s")
+    with pytest.raises(NotFoundError, match="node 'h9' is not registered"):
+        nodes.record_allocation("j", 1, whole("j", "h9", 0, 1), actor="s")
+    with pytest.raises(AllocationConflictError, match="h2 has no GPU 4"):
+        nodes.record_allocation("j", 1, whole("j", "h2", 3, 4), actor="s")
+    with pytest.raises(StaleVersionError):
+        nodes.record_allocation("j", 7, whole("j", "h1", 0, 1), actor="s")
+    nodes.drain_node("h1", "maintenance", actor="op")
+    with pytest.raises(AllocationConflictError, match="h1 is drained"):
+        nodes.record_allocation("j", 1, whole("j", "h1", 0, 1), actor="s")
+    assert nodes.get_job("j") == job
+
+
+def test_leaving_placed_or_running_frees_the_gpus(nodes: Store, make_spec: Spec) -> None:
+    nodes.submit_job(make_spec("a"), None, actor="u")
+    nodes.submit_job(make_spec("b"), None, actor="u")
+    job = nodes.record_allocation("a", 1, whole("a", "h1", 0), actor="s")
+    job = nodes.transition_job("a", job.version, JobState.RUNNING, "started", actor="agent")
+    assert _allocation_rows(nodes) == 1  # running keeps the allocation
+    job = nodes.transition_job("a", job.version, JobState.PENDING, "preempted", actor="s", reason_code="PREEMPTED")
+    assert (job.state, job.reason_code) == (JobState.PENDING, "PREEMPTED")
+    assert _allocation_rows(nodes) == 0
+    assert nodes.load_state().allocations == ()
+    nodes.record_allocation("b", 1, whole("b", "h1", 0), actor="s")
+    with pytest.raises(InputError, match="holds no allocation"):
+        nodes.release_allocation("a", job.version, actor="s")
+
+
+def test_usage_is_clipped_to_the_window_and_counts_shares(nodes: Store, make_spec: Spec, clock: object) -> None:
+    from conftest import Clock
+
+    assert isinstance(clock, Clock)
+    nodes.submit_job(make_spec("w", gpus_per_task=2, pool="p"), None, actor="u")
+    nodes.submit_job(make_spec("f", share=GpuShare(250), tenant="beta"), None, actor="u")
+    clock.t = 100.0
+    w = nodes.record_allocation("w", 1, whole("w", "h1", 0, 1), actor="s")  # 2 GPUs from t=100
+    clock.t = 150.0
+    nodes.record_allocation("f", 1, share("f", "h2", 0, 250), actor="s")  # a quarter GPU from t=150
+    clock.t = 300.0
+    w = nodes.transition_job("w", w.version, JobState.RUNNING, "", actor="a")
+    nodes.transition_job("w", w.version, JobState.FINISHED, "", actor="a")  # w ends at 300
+    clock.t = 500.0  # f is still open: it counts up to now
+    totals = nodes.usage(200.0, 1_000.0)
+    assert totals == [
+        UsageTotal("acme", "H100", "p", 2 * 100.0),  # [200, 300) on 2 GPUs
+        UsageTotal("beta", "A100", "default", 0.25 * 300.0),  # [200, 500) on a quarter GPU
+    ]
+    assert nodes.usage(0.0, 120.0) == [UsageTotal("acme", "H100", "p", 2 * 20.0)]
+    assert nodes.usage(600.0, 700.0) == []
+    with pytest.raises(InputError, match="ends"):
+        nodes.usage(10.0, 5.0)
