@@ -1,0 +1,99 @@
+"""The simulator's entry points that the CLI and benchmarks share: a trace and a cluster in, a run out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from gpupool.domain.errors import InputError
+from gpupool.fabric import jsonio
+from gpupool.fabric.fabric import Fabric
+from gpupool.sim.engine import Engine, Progress, SimResult, scheduler_config
+from gpupool.sim.fabrics import nodes_fabric, uniform_fabric
+from gpupool.sim.metrics import compute_metrics
+from gpupool.sim.report import write_run
+from gpupool.sim.traces.records import Trace
+from gpupool.sim.traces.specs import to_job_spec
+from gpupool.sim.world import SimJob, WorldConfig
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    result: SimResult
+    metrics: dict[str, Any]
+    skipped_jobs: int  # jobs without GPUs, which a JobSpec cannot express yet
+
+
+def cluster_fabric(trace: Trace, fabric_path: Path | None, gpus: int | None, gpus_per_host: int) -> Fabric:
+    """``--fabric FILE``, or ``--gpus N --gpus-per-host G``, or the trace's own node list (openb)."""
+    if fabric_path is not None and gpus is not None:
+        raise InputError("give either --fabric or --gpus, not both", source="cluster options")
+    if fabric_path is not None:
+        return jsonio.load(fabric_path)
+    if gpus is not None:
+        return uniform_fabric(gpus, gpus_per_host)
+    if trace.nodes:
+        return nodes_fabric(trace.nodes, trace.name)
+    raise InputError("this trace lists no machines: give --fabric FILE or --gpus N", source=trace.name)
+
+
+def sim_jobs(
+    trace: Trace, fabric: Fabric, *, know_durations: bool = False, preemptible: bool = False
+) -> tuple[list[SimJob], int]:
+    """The trace's jobs as SimJobs for this fabric, and how many were left out for having no GPUs."""
+    per_host = max((h.gpu_count for h in fabric.hosts), default=1)
+    out: list[SimJob] = []
+    skipped = 0
+    for tj in trace.jobs:
+        spec = to_job_spec(tj, max_gpus_per_task=per_host, know_durations=know_durations)
+        if spec is None:
+            skipped += 1
+            continue
+        if preemptible and tj.kind != "inference":
+            spec = replace(spec, preemptible=True)
+        out.append(SimJob.of(spec, tj))
+    return out, skipped
+
+
+def simulate(
+    trace: Trace,
+    fabric: Fabric,
+    *,
+    policy: str,
+    placement: str,
+    preemption: bool = False,
+    seed: int = 0,
+    world: WorldConfig | None = None,
+    know_durations: bool = False,
+    progress: Progress | None = None,
+) -> RunOutcome:
+    world = world or WorldConfig()
+    jobs, skipped = sim_jobs(trace, fabric, know_durations=know_durations, preemptible=preemption)
+    cfg = scheduler_config(policy, placement, seed=seed, preemption=preemption)
+    result = Engine(fabric, jobs, cfg, world, seed=seed, progress=progress).run()
+    metrics = compute_metrics(result, inference_slo_wait_s=world.inference_slo_wait_s)
+    metrics["skipped_jobs_without_gpus"] = skipped
+    metrics["bad_rows_skipped"] = len(trace.bad_rows)
+    return RunOutcome(result, metrics, skipped)
+
+
+def write_outcome(outcome: RunOutcome, out: Path, settings: dict[str, Any]) -> None:
+    write_run(outcome.result, outcome.metrics, out, f"gpupool sim run: {settings.get('trace', '')}", settings)
+
+
+def compare_rows(outcomes: Sequence[tuple[str, str, RunOutcome]]) -> list[dict[str, Any]]:
+    keys = (
+        "avg_jct_s",
+        "p99_jct_s",
+        "avg_queue_s",
+        "makespan_s",
+        "gpu_utilization",
+        "deadline_met_ratio",
+        "preemptions",
+    )
+    return [
+        {"policy": p, "placement": q, **{k: o.metrics.get(k) for k in keys}, "lb_avg_jct_s": o.metrics["lb_avg_jct_s"]}
+        for p, q, o in outcomes
+    ]
