@@ -130,7 +130,7 @@ class EmulatedNode:
         for g in gpus:
             self._gpus[g] = replace(self._gpus[g], util_pct=0.0, memory_fraction=0.0, pid=None, process=None)
 
-    # --- faults ----------------------------------------------------------------------------------------
+    # --- faults (the kernel log line appears at once; the rest shows in the files at the next write) ----
     def inject_xid(self, gpu_index: int, code: int) -> str:
         """Append an ``NVRM: Xid`` line for ``gpu_index`` as the driver prints it; returns the line."""
         st = self._gpus[gpu_index]
@@ -147,7 +147,6 @@ class EmulatedNode:
         self._gpus[gpu_index] = replace(
             st, ecc_uncorrected=st.ecc_uncorrected + uncorrectable, ecc_corrected=st.ecc_corrected + correctable
         )
-        self.write()
 
     def cooling_fault(self, gpu_index: int, extra_c: float) -> None:
         self._gpus[gpu_index] = replace(self._gpus[gpu_index], extra_c=extra_c)
@@ -156,11 +155,9 @@ class EmulatedNode:
         self._link_up[hca_index] = up
         if not up:
             self._counters[hca_index]["link_downed"] += 1
-        self.write()
 
     def add_port_errors(self, hca_index: int, counter: str, n: int) -> None:
         self._counters[hca_index][counter] += n
-        self.write()
 
     def set_congestion(self, hca_index: int, xmit_wait_per_s: float) -> None:
         self._xmit_wait_per_s[hca_index] = xmit_wait_per_s

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.agent.ib import PortSample, SysfsIbProbe, counter_delta, port_rates
+from gpupool.domain.errors import ParseError
 from gpupool.domain.events import LinkState
 
 TREE = Path(__file__).resolve().parents[2] / "data" / "sysfs-infiniband" / "h100-node-gpud-sys-class-infiniband"
@@ -135,3 +136,32 @@ def test_port_rates_for_samples_built_by_hand() -> None:
     b = PortSample("mlx5_0", 1, 10.0, "ACTIVE", "LinkUp", 400.0, "InfiniBand", {"port_rcv_errors": 9, "new": 1})
     r = port_rates(a, b)
     assert dict(r.per_s) == {"port_rcv_errors": 0.5}
+
+
+def test_later_samples_read_less_but_see_the_same(tree: Path) -> None:
+    probe = SysfsIbProbe(tree)
+    first = probe.sample(0.0)  # the full reader
+    put(tree, "mlx5_8", "port_rcv_data", 7)
+    again = probe.sample(1.0)  # the short path
+    fresh = SysfsIbProbe(tree).sample(1.0)
+    assert again == fresh
+    assert {s.device: s.counters["port_rcv_data"] for s in again}["mlx5_8"] == 7
+    assert [s.counters for s in first if s.device != "mlx5_8"] == [s.counters for s in again if s.device != "mlx5_8"]
+
+
+def test_a_device_that_disappears_is_noticed(tree: Path) -> None:
+    probe = SysfsIbProbe(tree)
+    probe.rates(0.0)
+    shutil.rmtree(tree / "mlx5_9")
+    assert "mlx5_9" not in {r.sample.device for r in probe.rates(1.0)}
+    assert len(probe.latest) == 8
+
+
+def test_an_unreadable_value_names_its_file(tree: Path) -> None:
+    probe = SysfsIbProbe(tree)
+    probe.sample(0.0)
+    put_text = tree / "mlx5_0" / "ports" / "1" / "counters" / "symbol_error"
+    put_text.write_text("lots\n")
+    with pytest.raises(ParseError) as e:
+        probe.sample(1.0)
+    assert e.value.source == str(put_text)
