@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from gpupool.domain.errors import InputError
+from gpupool.domain.errors import InputError, ParseError
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _POLL_S = 0.01
@@ -114,13 +114,20 @@ class WorkloadRuntime:
         return self.state_dir / assignment_id
 
     def _recover(self, d: Path) -> None:
-        meta = json.loads((d / "launch.json").read_text(encoding="utf-8"))
         aid = d.name
-        h = WorkloadHandle(aid, int(meta["pid"]), int(meta["start_ticks"]), d / "stdout.log", d / "stderr.log")
+        try:
+            meta = json.loads((d / "launch.json").read_text(encoding="utf-8"))
+            h = WorkloadHandle(aid, int(meta["pid"]), int(meta["start_ticks"]), d / "stdout.log", d / "stderr.log")
+        except (ValueError, KeyError, TypeError) as e:
+            raise ParseError(f"not a launch record: {e}", source=str(d / "launch.json"), line=1) from e
         self._handles[aid] = h
         if (d / "exit.json").is_file():
-            ex = json.loads((d / "exit.json").read_text(encoding="utf-8"))
-            self._status[aid] = WorkloadStatus(aid, WorkloadState(ex["state"]), ex.get("exit_code"))
+            try:
+                ex = json.loads((d / "exit.json").read_text(encoding="utf-8"))
+                state, code = WorkloadState(ex["state"]), ex.get("exit_code")
+            except (ValueError, KeyError, TypeError) as e:
+                raise ParseError(f"not an exit record: {e}", source=str(d / "exit.json"), line=1) from e
+            self._status[aid] = WorkloadStatus(aid, state, code)
         elif self._alive(h):
             self._status[aid] = WorkloadStatus(aid, WorkloadState.RUNNING)
         else:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.agent.runtime import WorkloadRuntime, WorkloadState, process_start_ticks, workload_env
-from gpupool.domain.errors import InputError
+from gpupool.domain.errors import InputError, ParseError
 
 PY = sys.executable
 BASE = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -195,3 +195,11 @@ def test_unsafe_ids_and_unknown_assignments_are_refused(tmp_path: Path) -> None:
         rt.launch("empty", [], BASE)
     with pytest.raises(InputError):
         rt.stop("nobody", grace_s=0.1)
+
+
+def test_a_corrupt_launch_record_is_a_parse_error_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "launch.json").write_text("{not json")
+    with pytest.raises(ParseError) as e:
+        WorkloadRuntime(tmp_path)
+    assert e.value.source == str(tmp_path / "bad" / "launch.json")
