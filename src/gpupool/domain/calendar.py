@@ -73,6 +73,7 @@ class PoolShare:
     hosts: tuple[str, ...]
     fraction: float
     since_s: float
+    previous_fraction: float  # what it held before ``since_s`` (the same when it never changes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +91,11 @@ class Calendar:
         out = []
         for r in self.rules:
             if not r.windows:
-                out.append(PoolShare(r.pool, r.sus, r.hosts, r.share, -float("inf")))
+                out.append(PoolShare(r.pool, r.sus, r.hosts, r.share, -float("inf"), r.share))
                 continue
             is_open = _open(r, now_s, tz)
-            out.append(PoolShare(r.pool, r.sus, r.hosts, r.share if is_open else r.share_outside, _since(r, now_s, tz)))
+            now_f, before_f = (r.share, r.share_outside) if is_open else (r.share_outside, r.share)
+            out.append(PoolShare(r.pool, r.sus, r.hosts, now_f, _since(r, now_s, tz), before_f))
         return tuple(out)
 
     def next_change_s(self, now_s: float, horizon_s: float = 8 * 86400.0) -> float | None:

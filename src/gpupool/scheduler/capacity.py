@@ -102,6 +102,23 @@ class Capacity:
         self.free_mem[h, gpus] -= gpu_memory_mib
         self._refresh(h)
 
+    def give(self, h: int, gpus: list[int], milli: int, gpu_memory_mib: int, cpu: int, memory_mib: int) -> None:
+        """The inverse of ``take``: a tentative release (preemption or backfill), journalled so ``undo`` can
+        roll it back. Whole GPUs come back with all their memory; GPUs that are unusable (host down, GPU
+        bad) stay unusable."""
+        gpus = [g for g in gpus if self.usable[h, g]]
+        if not gpus:
+            return
+        self._journal.append(
+            (h, self.free_milli[h].copy(), self.free_mem[h].copy(), int(self.cpu_free[h]), int(self.mem_free[h]))
+        )
+        self.cpu_free[h] += cpu
+        self.mem_free[h] += memory_mib
+        whole = milli >= MILLI_PER_GPU and gpu_memory_mib == 0
+        self.free_milli[h, gpus] += MILLI_PER_GPU if whole else milli
+        self.free_mem[h, gpus] += self.full_mem[h, gpus] if whole else gpu_memory_mib
+        self._refresh(h)
+
     def mark(self) -> int:
         return len(self._journal)
 

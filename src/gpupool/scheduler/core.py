@@ -11,69 +11,24 @@ from __future__ import annotations
 import numpy as np
 
 from gpupool.domain.errors import JobSpecError
-from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec, PriorityClass, TaskAllocation
+from gpupool.domain.jobs import Allocation
 from gpupool.scheduler.capacity import BoolArray, Capacity
 from gpupool.scheduler.diagnose import diagnose
 from gpupool.scheduler.fragmentation import workload_mix
-from gpupool.scheduler.placement import Need, TaskPick, make_need
+from gpupool.scheduler.placement import TaskPick, make_need
 from gpupool.scheduler.placers import CycleContext, get_placer
 from gpupool.scheduler.policies import get_policy, order
+from gpupool.scheduler.shapes import Shape, allocation, host_mask, shape
+from gpupool.scheduler.shared import schedule_shared
 from gpupool.scheduler.telemetry import penalties
 from gpupool.scheduler.types import ReasonCode, ScheduleRequest, ScheduleResult, Waiting
 
-_Shape = tuple[object, ...]
-
-
-def _shape(job: JobSpec) -> _Shape:
-    """What decides whether a job fits; jobs of one shape fit or not alike within a cycle."""
-    return (
-        job.tasks,
-        job.gpus_per_task,
-        job.cpu_millicores,
-        job.memory_mib,
-        job.share,
-        job.gpu_models,
-        job.node_selector,
-        job.topology,
-        job.rail_aligned,
-        job.priority >= PriorityClass.REALTIME,
-    )
-
-
-def _host_mask(cap: Capacity, job: JobSpec, labels: tuple[frozenset[tuple[str, str]], ...]) -> BoolArray | None:
-    if not job.gpu_models and not job.node_selector:
-        return None
-    ix = cap.index
-    mask = np.ones(ix.n_hosts, dtype=np.bool_)
-    if job.gpu_models:
-        codes = [i for i, m in enumerate(ix.model_names) if m in job.gpu_models]
-        mask &= np.isin(ix.host_model, codes)
-    if job.node_selector:
-        wanted = frozenset(job.node_selector)
-        mask &= np.fromiter((wanted <= lab for lab in labels), dtype=np.bool_, count=ix.n_hosts)
-    return mask
-
-
-def _allocation(cap: Capacity, need: Need, picks: list[TaskPick]) -> Allocation:
-    whole = not need.share
-    names = cap.index.fabric.hosts
-    return Allocation(
-        need.job.job_id,
-        tuple(
-            TaskAllocation(
-                host=names[h].name,
-                gpus=gpus,
-                milli_gpu=MILLI_PER_GPU if whole else need.share_milli,
-                gpu_memory_mib=0 if whole else need.share_mem,
-                cpu_millicores=need.cpu,
-                memory_mib=need.mem,
-            )
-            for h, gpus in picks
-        ),
-    )
-
 
 def schedule(request: ScheduleRequest) -> ScheduleResult:
+    """One cycle. With ``request.sharing`` the sharing loop runs (quotas, pools, preemption, backfill,
+    deadlines); without it, this loop, unchanged from issue 3."""
+    if request.sharing is not None:
+        return schedule_shared(request)
     cfg = request.config
     policy = get_policy(cfg.policy)
     placer = get_placer(cfg.placer)
@@ -92,7 +47,7 @@ def schedule(request: ScheduleRequest) -> ScheduleResult:
         mix = workload_mix(queue, mem, ix.max_gpus)
     ctx = CycleContext(ix, np.arange(ix.n_hosts, dtype=np.int64), cfg.max_domains_tried, mix)
     masks: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], BoolArray | None] = {}
-    refusals: dict[_Shape, tuple[ReasonCode, str]] = {}
+    refusals: dict[Shape, tuple[ReasonCode, str]] = {}
     placements: list[Allocation] = []
     waiting: list[Waiting] = []
     releases = cap.releases
@@ -104,12 +59,12 @@ def schedule(request: ScheduleRequest) -> ScheduleResult:
         if cap.releases != releases:
             refusals.clear()
             releases = cap.releases
-        shape = _shape(job)
-        refusal = refusals.get(shape)
+        sh = shape(job)
+        refusal = refusals.get(sh)
         if refusal is None:
             key = (job.gpu_models, job.node_selector)
             if key not in masks:
-                masks[key] = _host_mask(cap, job, snap.host_labels)
+                masks[key] = host_mask(cap, job, snap.host_labels)
             need = make_need(job, cap, masks[key])
             picks: list[TaskPick] | None = None
             if need.share or need.total <= cap.total_free_whole():
@@ -118,10 +73,10 @@ def schedule(request: ScheduleRequest) -> ScheduleResult:
                 if picks is None:
                     cap.undo(mark)  # a placer must leave nothing behind; this makes sure
             if picks is not None:
-                placements.append(_allocation(cap, need, picks))
+                placements.append(allocation(cap, need, picks))
                 continue
             refusal = diagnose(cap, need)
-            refusals[shape] = refusal
+            refusals[sh] = refusal
         waiting.append(Waiting(job.job_id, refusal[0], refusal[1]))
         if cfg.strict:
             msg = f"waits behind {job.job_id}, which does not fit (strict ordering)"

@@ -7,17 +7,18 @@ the order jobs arrive in the request.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol
 
 from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.errors import UnknownNameError
-from gpupool.domain.jobs import JobSpec
-from gpupool.scheduler.types import SchedulerConfig
+from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec, PriorityClass
+from gpupool.scheduler.types import SchedulerConfig, SharingPolicy
 
 SortKey = tuple[float | int | str, ...]
+KeyFn = Callable[[JobSpec], SortKey]
 
 
 def _tie(job: JobSpec) -> tuple[int, float, str]:
@@ -28,11 +29,38 @@ class QueuePolicy(Protocol):
     @property
     def name(self) -> str: ...
 
-    def key(self, job: JobSpec, now_s: float, snapshot: ClusterSnapshot, config: SchedulerConfig) -> SortKey: ...
+    def prepare(
+        self,
+        pending: Sequence[JobSpec],
+        now_s: float,
+        snapshot: ClusterSnapshot,
+        config: SchedulerConfig,
+        sharing: SharingPolicy | None,
+    ) -> KeyFn:
+        """The sort key for this cycle; a policy that ranks jobs against each other computes it here."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
-class Fifo:
+class _ByKey:
+    """A policy whose key depends on the job alone (and the cycle's inputs)."""
+
+    def key(self, job: JobSpec, now_s: float, snapshot: ClusterSnapshot, config: SchedulerConfig) -> SortKey:
+        raise NotImplementedError
+
+    def prepare(
+        self,
+        pending: Sequence[JobSpec],
+        now_s: float,
+        snapshot: ClusterSnapshot,
+        config: SchedulerConfig,
+        sharing: SharingPolicy | None,
+    ) -> KeyFn:
+        return lambda j: self.key(j, now_s, snapshot, config)
+
+
+@dataclass(frozen=True, slots=True)
+class Fifo(_ByKey):
     name: str = "fifo"
 
     def key(self, job: JobSpec, now_s: float, snapshot: ClusterSnapshot, config: SchedulerConfig) -> SortKey:
@@ -40,7 +68,7 @@ class Fifo:
 
 
 @dataclass(frozen=True, slots=True)
-class Priority:
+class Priority(_ByKey):
     """Priority classes, highest first, then first come first served."""
 
     name: str = "priority"
@@ -50,7 +78,7 @@ class Priority:
 
 
 @dataclass(frozen=True, slots=True)
-class ShortestJobFirst:
+class ShortestJobFirst(_ByKey):
     """Shortest estimated GPU-time first (runtime x GPUs); jobs without an estimate go last."""
 
     name: str = "sjf"
@@ -61,7 +89,7 @@ class ShortestJobFirst:
 
 
 @dataclass(frozen=True, slots=True)
-class LeastAttainedService:
+class LeastAttainedService(_ByKey):
     """Tiresias' discretised LAS: the queue is the number of GPU-second thresholds the job's attained
     service has passed; lower queues first, FIFO inside a queue. Needs no runtime estimates."""
 
@@ -74,7 +102,7 @@ class LeastAttainedService:
 
 
 @dataclass(frozen=True, slots=True)
-class EarliestDeadlineFirst:
+class EarliestDeadlineFirst(_ByKey):
     """Least slack first: deadline - now - estimated runtime (the runtime counts as 0 when unknown).
     Jobs without a deadline follow, by priority."""
 
@@ -87,8 +115,103 @@ class EarliestDeadlineFirst:
         return (0, slack, *_tie(job))
 
 
+def slack_priority(job: JobSpec, now_s: float, sharing: SharingPolicy | None) -> int:
+    """A deadline job's priority, raised by one class for each ``slack_boost_at`` ratio its slack / runtime
+    has fallen to (up to REALTIME); other jobs keep theirs."""
+    if job.deadline_s is None:
+        return int(job.priority)
+    sh = sharing or SharingPolicy()
+    runtime = job.runtime_with(job.tasks, sh.default_runtime_s)
+    ratio = (job.deadline_s - now_s - runtime) / runtime
+    boost = sum(1 for r in sh.slack_boost_at if ratio <= r)
+    return min(int(PriorityClass.REALTIME), int(job.priority) + boost)
+
+
+@dataclass(frozen=True, slots=True)
+class Slack:
+    """Priority classes with deadline jobs raised as their slack shrinks, least slack first inside a class."""
+
+    name: str = "slack"
+
+    def prepare(
+        self,
+        pending: Sequence[JobSpec],
+        now_s: float,
+        snapshot: ClusterSnapshot,
+        config: SchedulerConfig,
+        sharing: SharingPolicy | None,
+    ) -> KeyFn:
+        default = (sharing or SharingPolicy()).default_runtime_s
+
+        def key(j: JobSpec) -> SortKey:
+            slack = math.inf if j.deadline_s is None else j.deadline_s - now_s - j.runtime_with(j.tasks, default)
+            return (-slack_priority(j, now_s, sharing), slack, j.submit_time_s, j.job_id)
+
+        return key
+
+
+@dataclass(frozen=True, slots=True)
+class FairShare:
+    """Weighted dominant resource fairness with decayed history, by progressive filling.
+
+    A tenant's standing is its dominant share now (the largest of its GPU, CPU and memory fractions of the
+    cluster) plus its decayed usage as a fraction of the cluster over one half-life, divided by its weight.
+    Each of its pending jobs, in (priority, submit, id) order, is keyed by that standing plus the dominant
+    shares of its jobs ahead of it, so tenants interleave as DRF would fill them. Ties end in ``_tie``.
+    """
+
+    name: str = "fair"
+
+    def prepare(
+        self,
+        pending: Sequence[JobSpec],
+        now_s: float,
+        snapshot: ClusterSnapshot,
+        config: SchedulerConfig,
+        sharing: SharingPolicy | None,
+    ) -> KeyFn:
+        sh = sharing or SharingPolicy()
+        ix = snapshot.index
+        gpus = max(1.0, float(ix.host_gpus.sum()))
+        cpu = max(1.0, float(ix.host_cpu_millicores.sum()))
+        mem = max(1.0, float(ix.host_memory_mib.sum()))
+
+        def dominant(g_milli: float, c: float, m: float) -> float:
+            return max(g_milli / MILLI_PER_GPU / gpus, c / cpu, m / mem)
+
+        used: dict[str, list[float]] = {}
+        for r in snapshot.running.values():
+            u = used.setdefault(r.spec.tenant, [0.0, 0.0, 0.0])
+            u[0] += r.gpu_milli
+            u[1] += sum(t.cpu_millicores for t in r.allocation.tasks)
+            u[2] += sum(t.memory_mib for t in r.allocation.tasks)
+        standing: dict[str, float] = {}
+        for t in {j.tenant for j in pending} | set(used):
+            u = used.get(t, [0.0, 0.0, 0.0])
+            history = sh.usage_gpu_s.get(t, 0.0) / (gpus * sh.usage_half_life_s)
+            standing[t] = dominant(u[0], u[1], u[2]) + history
+        keys: dict[str, float] = {}
+        for j in sorted(pending, key=_tie):
+            w = sh.weights.get(j.tenant, 1.0)
+            keys[j.job_id] = standing[j.tenant] / w
+            standing[j.tenant] += dominant(j.gpu_milli, j.cpu_millicores * j.tasks, j.memory_mib * j.tasks)
+
+        return lambda j: (keys.get(j.job_id, 0.0), *_tie(j))
+
+
 POLICIES: Mapping[str, QueuePolicy] = MappingProxyType(
-    {p.name: p for p in (Fifo(), Priority(), ShortestJobFirst(), LeastAttainedService(), EarliestDeadlineFirst())}
+    {
+        p.name: p
+        for p in (
+            Fifo(),
+            Priority(),
+            ShortestJobFirst(),
+            LeastAttainedService(),
+            EarliestDeadlineFirst(),
+            Slack(),
+            FairShare(),
+        )
+    }
 )
 
 
@@ -101,6 +224,11 @@ def get_policy(name: str) -> QueuePolicy:
 
 
 def order(
-    policy: QueuePolicy, pending: Sequence[JobSpec], now_s: float, snapshot: ClusterSnapshot, config: SchedulerConfig
+    policy: QueuePolicy,
+    pending: Sequence[JobSpec],
+    now_s: float,
+    snapshot: ClusterSnapshot,
+    config: SchedulerConfig,
+    sharing: SharingPolicy | None = None,
 ) -> list[JobSpec]:
-    return sorted(pending, key=lambda j: policy.key(j, now_s, snapshot, config))
+    return sorted(pending, key=policy.prepare(pending, now_s, snapshot, config, sharing))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
 from gpupool.cluster.snapshot import ClusterSnapshot
+from gpupool.domain.calendar import Calendar
 from gpupool.domain.jobs import Allocation, JobSpec
+from gpupool.domain.sharing import PoolDemand, Quota
 
 
 class ReasonCode(StrEnum):
@@ -22,6 +26,16 @@ class ReasonCode(StrEnum):
     BLOCKED = "blocked"  # strict ordering: waits behind an earlier job that does not fit
     CYCLE_LIMIT = "cycle_limit"  # not considered: the cycle reached its placement bound first
     PREEMPTED = "preempted"  # used by preemption decisions (issue 4)
+    QUOTA_EXCEEDED = "quota_exceeded"  # over its tenant's quota in its pool and the cohort lends too little
+    PREEMPTING = "preempting"  # victims were preempted for it this cycle; it is placed once they are gone
+    WAITING_FOR_RESERVATION = "waiting_for_reservation"  # backfill: holds a reservation from a later time
+    RESERVED = "reserved"  # backfill: fits now, but would delay a job's reservation
+    DEADLINE_INFEASIBLE = "deadline_infeasible"  # cannot finish by its deadline even if started now
+    # Preemption and checkpoint-signal reasons:
+    POOL_WINDOW_CLOSED = "pool_window_closed"  # its pool's borrowed capacity went back to the owner's window
+    POOL_RECLAIM = "pool_reclaim"  # the owning pool needs its lent capacity back (a job or its demand target)
+    QUOTA_RECLAIM = "quota_reclaim"  # a cohort member reclaims nominal quota it had lent
+    PRIORITY = "priority"  # a higher-priority job needs the GPUs of this preemptible one
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +73,58 @@ class SchedulerConfig:
     max_domains_tried: int = 8  # per level, before moving up a level (bounds work on fragmented fabrics)
 
 
+class BackfillMode(StrEnum):
+    NONE = "none"
+    EASY = "easy"  # one reservation, for the first job that does not fit
+    CONSERVATIVE = "conservative"  # a reservation for every job that does not fit (up to a bound)
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionConfig:
+    """Who may be preempted, and how gently. Reclaims (pool windows, pool demand, quota) signal CHECKPOINT
+    first and preempt ``grace_s`` after the reclaim began; priority preemption is immediate."""
+
+    enabled: bool = True
+    by_priority: bool = True  # a job may preempt ``preemptible`` jobs of lower priority
+    min_runtime_s: float = 300.0  # a job runs at least this long before a preemptor may take its GPUs
+    grace_s: float = 300.0
+    max_preemptors_per_cycle: int = 16
+    max_victims_per_job: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class SharingPolicy:
+    """Tenants, quotas, pools and their calendar, preemption, backfill and deadlines for one cycle.
+
+    Static parts (quotas, weights, calendar, the configs) and per-cycle inputs (``usage_gpu_s``, decayed by
+    the caller; ``pool_demand``) travel together; the caller replaces the inputs each cycle.
+    ``require_quota``: a tenant without a quota in a pool may not run there (else it is unrestricted).
+    """
+
+    quotas: tuple[Quota, ...] = ()
+    require_quota: bool = False
+    weights: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # tenant -> weight (1)
+    usage_gpu_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # decayed, per tenant
+    usage_half_life_s: float = 7 * 86400.0
+    calendar: Calendar | None = None
+    pool_demand: tuple[PoolDemand, ...] = ()
+    lend_pools: bool = True  # jobs may borrow other pools' idle hosts (reclaimed when the owner needs them)
+    preemption: PreemptionConfig = PreemptionConfig()
+    backfill: BackfillMode = BackfillMode.NONE
+    max_reservations: int = 16  # conservative backfill: reservations per cycle
+    default_runtime_s: float = 3600.0  # for jobs without an estimate (backfill, deadlines, slack)
+    deadline_at_risk: float = 0.1  # at risk when the predicted slack is under this fraction of the runtime
+    refuse_infeasible_deadlines: bool = True
+    slack_boost_at: tuple[float, ...] = (2.0, 0.5)  # slack / runtime ratios at which priority rises by one
+
+
 @dataclass(frozen=True, slots=True)
 class ScheduleRequest:
     snapshot: ClusterSnapshot
     pending: tuple[JobSpec, ...]
     now_s: float
     config: SchedulerConfig = SchedulerConfig()
+    sharing: SharingPolicy | None = None  # None: no quotas, pools, preemption or backfill (issue 3 behaviour)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,14 +141,40 @@ class Preemption:
     message: str
 
 
+class SignalKind(StrEnum):
+    CHECKPOINT = "checkpoint"  # save progress now: the job will be preempted at ``preempt_at_s``
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    job_id: str
+    kind: SignalKind
+    reason: ReasonCode
+    message: str
+    preempt_at_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Backfill: ``job_id`` is expected to start at ``start_s`` on ``hosts``; nothing placed now may hold
+    those hosts past that time."""
+
+    job_id: str
+    start_s: float
+    hosts: tuple[str, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class ScheduleResult:
-    """Placements in decision order, preemptions, and a reason for every pending job not placed."""
+    """Placements in decision order, preemptions (whole jobs: the caller applies ``JobPreempted`` for each),
+    a reason for every pending job not placed, checkpoint signals and backfill reservations."""
 
     placements: tuple[Allocation, ...]
     preemptions: tuple[Preemption, ...]
     waiting: tuple[Waiting, ...]
     snapshot_version: int
+    signals: tuple[Signal, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
 
     def placed_ids(self) -> frozenset[str]:
         return frozenset(a.job_id for a in self.placements)
