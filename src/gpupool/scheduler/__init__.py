@@ -7,11 +7,17 @@ from gpupool.scheduler.core import schedule
 from gpupool.scheduler.placers import PLACERS, get_placer
 from gpupool.scheduler.policies import POLICIES, get_policy
 from gpupool.scheduler.types import (
+    BackfillMode,
     Preemption,
+    PreemptionConfig,
     ReasonCode,
+    Reservation,
     SchedulerConfig,
     ScheduleRequest,
     ScheduleResult,
+    SharingPolicy,
+    Signal,
+    SignalKind,
     TelemetryWeights,
     Waiting,
 )
@@ -19,11 +25,17 @@ from gpupool.scheduler.types import (
 __all__ = [
     "PLACERS",
     "POLICIES",
+    "BackfillMode",
     "Preemption",
+    "PreemptionConfig",
     "ReasonCode",
+    "Reservation",
     "ScheduleRequest",
     "ScheduleResult",
     "SchedulerConfig",
+    "SharingPolicy",
+    "Signal",
+    "SignalKind",
     "TelemetryWeights",
     "Waiting",
     "get_placer",
