@@ -21,6 +21,7 @@ from gpupool.scheduler import (
     SharingPolicy,
     schedule,
 )
+from gpupool.scheduler.deadlines import Verdict, admit
 
 
 def go(state: ClusterState, jobs: list[JobSpec], now: float, sh: SharingPolicy, **cfg: object) -> ScheduleResult:
@@ -202,3 +203,21 @@ def test_fair_policy_interleaves_tenants_by_dominant_share_and_history() -> None
     heavy = SharingPolicy(usage_gpu_s={"a": 8 * 7 * 86400.0})
     r2 = go(state, jobs, 0.0, heavy, policy="fair")
     assert sorted(a.job_id for a in r2.placements) == ["b0", "b1", "b2", "b3"]
+
+
+def test_admission_predicts_finish_from_queue_and_running_ends() -> None:
+    state = ClusterState(make_fabric(1, 2))  # 16 GPUs
+    busy = [make_job("busy", gpus=8, estimated_runtime_s=1000.0)]
+    start(state, go(state, busy, 0.0, SharingPolicy()), busy, 0.0)
+    ahead = [make_job("ahead", gpus=8, estimated_runtime_s=500.0)]
+    sh = SharingPolicy()
+    job = make_job("d", gpus=16, estimated_runtime_s=100.0, deadline_s=2000.0)
+    a = admit(state.snapshot(), job, ahead, 0.0, sh)
+    assert a.verdict is Verdict.FEASIBLE and a.earliest_finish_s == 1100.0  # busy ends at 1000, ahead at 500
+    assert admit(state.snapshot(), replace(job, deadline_s=1105.0), ahead, 0.0, sh).verdict is Verdict.AT_RISK
+    assert admit(state.snapshot(), replace(job, deadline_s=1000.0), ahead, 0.0, sh).verdict is Verdict.INFEASIBLE
+    el = make_job(
+        "e", tasks=4, gpus=4, estimated_runtime_s=100.0, deadline_s=400.0, min_tasks=2, scaling=Scaling.LINEAR
+    )
+    e = admit(state.snapshot(), el, [], 0.0, sh)
+    assert e.tasks == 2 and e.earliest_finish_s == 200.0 and e.verdict is Verdict.FEASIBLE

@@ -1,0 +1,101 @@
+"""Deadline admission: will a job finish by its deadline, given the queue, running work and the calendar?
+
+An aggregate model, cheap enough for every submission: GPUs of the job's pool (all hosts without a
+calendar; the pool's hosts at the start time with one) are a count; running jobs release theirs at their
+expected ends; jobs ahead in the queue start first come first served when their GPUs are free and hold
+them for their estimates; the job then starts at the first moment enough GPUs are free. For an elastic
+job every size from all tasks down to ``min_tasks`` is tried and the earliest finish wins. It ignores
+topology and fragmentation, so it is optimistic; ``deadline_at_risk`` leaves a margin for that.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gpupool.cluster.snapshot import NODE_UP, ClusterSnapshot
+from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
+from gpupool.scheduler.backfill import expected_end
+from gpupool.scheduler.pools import pool_map
+from gpupool.scheduler.types import SharingPolicy
+
+
+class Verdict(StrEnum):
+    FEASIBLE = "feasible"
+    AT_RISK = "at_risk"
+    INFEASIBLE = "infeasible"
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    verdict: Verdict
+    earliest_finish_s: float
+    tasks: int  # the size the earliest finish assumes
+    message: str
+
+
+def _gpus(job: JobSpec, tasks: int) -> int:
+    per = job.share.milli_gpu / MILLI_PER_GPU if job.share is not None else job.gpus_per_task
+    return max(1, round(per * tasks))
+
+
+def admit(
+    snapshot: ClusterSnapshot, job: JobSpec, queue: Sequence[JobSpec], now_s: float, config: SharingPolicy
+) -> Admission:
+    """``queue``: the jobs that go before ``job`` (in policy order); the job itself is skipped if listed."""
+    ix = snapshot.index
+    hosts = snapshot.node_state == NODE_UP
+    if config.calendar is not None:
+        hosts = hosts & pool_map(ix, config.calendar, now_s, config.pool_demand).owned_by(job.pool)
+    capacity = int(ix.host_gpus[hosts].sum())
+    used = 0
+    ends: list[tuple[float, int]] = []
+    for r in snapshot.running.values():
+        g = sum(len(t.gpus) for t in r.allocation.tasks if hosts[ix.host_index(t.host)])
+        if g:
+            used += g
+            ends.append((expected_end(r, now_s, config.default_runtime_s), g))
+    heapq.heapify(ends)
+    free, t = capacity - used, now_s
+    for q in queue:
+        if q.job_id == job.job_id:
+            continue
+        g = _gpus(q, q.tasks)
+        if g > capacity:
+            continue  # never fits this pool: it does not hold anyone up
+        while free < g and ends:
+            t_end, back = heapq.heappop(ends)
+            t, free = max(t, t_end), free + back
+        free -= g
+        heapq.heappush(ends, (t + q.runtime_with(q.tasks, config.default_runtime_s), g))
+    best: tuple[float, int] | None = None
+    for k in range(job.tasks, job.fewest_tasks - 1, -1):
+        g = _gpus(job, k)
+        if g > capacity:
+            continue
+        f, tt, pending = free, t, list(ends)
+        heapq.heapify(pending)
+        while f < g and pending:
+            t_end, back = heapq.heappop(pending)
+            tt, f = max(tt, t_end), f + back
+        finish = tt + job.runtime_with(k, config.default_runtime_s)
+        if best is None or finish < best[0]:
+            best = (finish, k)
+    if best is None:
+        return Admission(
+            Verdict.INFEASIBLE, float("inf"), job.tasks, f"needs more GPUs than pool {job.pool} has ({capacity})"
+        )
+    finish, k = best
+    size = "" if k == job.tasks else f" on {k} of its {job.tasks} tasks"
+    if job.deadline_s is None:
+        return Admission(Verdict.FEASIBLE, finish, k, f"earliest finish t={finish:.0f}{size}")
+    slack = job.deadline_s - finish
+    runtime = job.runtime_with(k, config.default_runtime_s)
+    what = f"earliest finish t={finish:.0f}{size}, deadline t={job.deadline_s:.0f}"
+    if slack < 0:
+        return Admission(Verdict.INFEASIBLE, finish, k, f"{what}: late by {-slack:.0f} s")
+    if slack < config.deadline_at_risk * runtime:
+        return Admission(Verdict.AT_RISK, finish, k, f"{what}: only {slack:.0f} s to spare")
+    return Admission(Verdict.FEASIBLE, finish, k, f"{what}: {slack:.0f} s to spare")
