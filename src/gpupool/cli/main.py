@@ -9,6 +9,7 @@ import typer
 from gpupool import __version__
 from gpupool.cli.errors import run_guarded
 from gpupool.cli.fabric import app as fabric_app
+from gpupool.cli.sim import app as sim_app
 
 app = typer.Typer(
     name="gpupool",
@@ -18,6 +19,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(fabric_app, name="fabric")
+app.add_typer(sim_app, name="sim")
 
 
 @app.command()

@@ -1,0 +1,187 @@
+"""``gpupool sim``: replay a trace through the production scheduler (run, compare) or pack pods the FGD way."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from gpupool.domain.errors import InputError
+from gpupool.scheduler import PLACERS, POLICIES
+from gpupool.sim.pack import pack as run_pack
+from gpupool.sim.report import write_allocation_plot
+from gpupool.sim.runner import RunOutcome, cluster_fabric, compare_rows, simulate, write_outcome
+from gpupool.sim.traces import load_trace
+from gpupool.sim.traces.openb import load_openb
+
+FORMATS = ("itp", "elasticflow", "philly", "chronus", "openb", "dlrm", "synthetic", "tiresias")
+LONG_RUN_JOBS = 5000  # show a progress bar from this many jobs on
+
+app = typer.Typer(help="Simulate the scheduler on real or synthetic GPU-cluster traces.", no_args_is_help=True)
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+TraceOpt = Annotated[Path, typer.Option("--trace", help="Trace file.")]
+FormatOpt = Annotated[str, typer.Option("--format", help=f"Trace format: {'|'.join(FORMATS)}.")]
+FabricOpt = Annotated[Path | None, typer.Option("--fabric", help="Fabric JSON (gpupool fabric generate/import).")]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", help="Build a leaf/spine cluster of N GPUs instead.")]
+PerHostOpt = Annotated[int, typer.Option("--gpus-per-host", help="GPUs per host with --gpus.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every random draw.")]
+OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
+SkipOpt = Annotated[bool, typer.Option("--skip-bad-rows", help="Count and report bad rows instead of stopping.")]
+PreemptOpt = Annotated[bool, typer.Option("--preemption", help="Let the scheduler preempt (preemptible jobs).")]
+KnowOpt = Annotated[bool, typer.Option("--know-durations", help="Give the scheduler the trace durations.")]
+LimitOpt = Annotated[int | None, typer.Option("--limit", help="Read only the first N good rows.")]
+
+
+def _check_names(policies: list[str], placements: list[str]) -> None:
+    for p in policies:
+        if p not in POLICIES:
+            raise InputError(f"unknown policy {p!r}; known: {', '.join(sorted(POLICIES))}", source="--policy")
+    for q in placements:
+        if q not in PLACERS:
+            raise InputError(f"unknown placement {q!r}; known: {', '.join(sorted(PLACERS))}", source="--placement")
+
+
+def _simulate(
+    trace_obj: Any, fabric: Any, policy: str, placement: str, preemption: bool, seed: int, know: bool
+) -> RunOutcome:
+    n = len(trace_obj.jobs)
+    if n < LONG_RUN_JOBS:
+        return simulate(
+            trace_obj, fabric, policy=policy, placement=placement, preemption=preemption, seed=seed, know_durations=know
+        )
+    columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=_err, transient=True) as bar:
+        task = bar.add_task(f"{policy}/{placement}", total=n)
+        return simulate(
+            trace_obj,
+            fabric,
+            policy=policy,
+            placement=placement,
+            preemption=preemption,
+            seed=seed,
+            know_durations=know,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+
+
+@app.command("run")
+def run_cmd(
+    trace: TraceOpt,
+    format: FormatOpt,
+    policy: Annotated[str, typer.Option("--policy", help="Queue policy.")],
+    placement: Annotated[str, typer.Option("--placement", help="Placer.")],
+    out: OutOpt,
+    fabric: FabricOpt = None,
+    gpus: GpusOpt = None,
+    gpus_per_host: PerHostOpt = 8,
+    preemption: PreemptOpt = False,
+    seed: SeedOpt = 0,
+    skip_bad_rows: SkipOpt = False,
+    know_durations: KnowOpt = False,
+    limit: LimitOpt = None,
+) -> None:
+    """Replay a trace: arrivals, runs, departures; writes metrics.json, jobs.csv, report.md and plots."""
+    _check_names([policy], [placement])
+    t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
+    fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
+    outcome = _simulate(t, fab, policy, placement, preemption, seed, know_durations)
+    settings = {"trace": str(trace), "format": format, "fabric": fab.name, "gpus": fab.gpu_count, "policy": policy,
+                "placement": placement, "preemption": preemption, "seed": seed, "know_durations": know_durations}  # fmt: skip
+    write_outcome(outcome, out, settings)
+    if t.bad_rows:
+        _err.print(
+            f"skipped {len(t.bad_rows)} bad rows (first: {t.bad_rows[0].source}:{t.bad_rows[0].line}: {t.bad_rows[0].reason})"
+        )
+    m = outcome.metrics
+    _err.print(
+        f"{m['finished']}/{m['jobs']} jobs finished; avg JCT {m['avg_jct_s']} s (bound {m['lb_avg_jct_s']} s); "
+        f"utilisation {m['gpu_utilization']}; wall {m['wall_s']} s; wrote {out}"
+    )
+
+
+@app.command("compare")
+def compare_cmd(
+    trace: TraceOpt,
+    format: FormatOpt,
+    policies: Annotated[str, typer.Option("--policies", help="Comma-separated queue policies.")],
+    placements: Annotated[str, typer.Option("--placements", help="Comma-separated placers.")],
+    out: OutOpt,
+    fabric: FabricOpt = None,
+    gpus: GpusOpt = None,
+    gpus_per_host: PerHostOpt = 8,
+    preemption: PreemptOpt = False,
+    seed: SeedOpt = 0,
+    skip_bad_rows: SkipOpt = False,
+    know_durations: KnowOpt = False,
+    limit: LimitOpt = None,
+) -> None:
+    """Run every policy x placement on one trace and cluster; one sub-folder per pair and compare.json."""
+    pols = [p.strip() for p in policies.split(",") if p.strip()]
+    places = [q.strip() for q in placements.split(",") if q.strip()]
+    if not pols or not places:
+        raise InputError("--policies and --placements need at least one name each", source="compare")
+    _check_names(pols, places)
+    t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
+    fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
+    outcomes = []
+    for p in pols:
+        for q in places:
+            o = _simulate(t, fab, p, q, preemption, seed, know_durations)
+            settings = {
+                "trace": str(trace),
+                "format": format,
+                "fabric": fab.name,
+                "policy": p,
+                "placement": q,
+                "seed": seed,
+            }
+            write_outcome(o, out / f"{p}-{q}", settings)
+            outcomes.append((p, q, o))
+    rows = compare_rows(outcomes)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps(rows, indent=2) + "\n")
+    table = Table("policy", "placement", "avg JCT (s)", "p99 JCT (s)", "avg queue (s)", "util", "bound (s)")
+    for r in rows:
+        table.add_row(r["policy"], r["placement"], str(r["avg_jct_s"]), str(r["p99_jct_s"]), str(r["avg_queue_s"]),
+                      str(r["gpu_utilization"]), str(r["lb_avg_jct_s"]))  # fmt: skip
+    Console(highlight=False).print(table)
+
+
+@app.command("pack")
+def pack_cmd(
+    nodes: Annotated[Path, typer.Option("--nodes", help="openb node list CSV.")],
+    pods: Annotated[Path, typer.Option("--pods", help="openb pod list CSV.")],
+    placement: Annotated[str, typer.Option("--placement", help="Placer.")],
+    tune: Annotated[float, typer.Option("--tune", help="Arrived demand at the end, times capacity.")] = 1.3,
+    seed: SeedOpt = 42,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    skip_bad_rows: SkipOpt = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write pack.json and allocation.png here.")] = None,
+) -> None:
+    """The FGD packing protocol: resample to tune x capacity, shuffle, place one by one, no departures."""
+    _check_names([], [placement])
+    if not 0 < tune <= 3:
+        raise InputError(f"--tune must be in (0, 3], got {tune}", source="--tune")
+    t = load_openb(pods, skip_bad_rows=skip_bad_rows, nodes=nodes)
+    if not t.jobs:
+        raise InputError("the pod list has no pods", source=str(pods))
+    result = run_pack(t.nodes, t.jobs, placement=placement, tune=tune, seed=seed)
+    doc = result.as_json()
+    doc["bad_rows_skipped"] = len(t.bad_rows)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "pack.json").write_text(json.dumps(doc, indent=2) + "\n")
+        write_allocation_plot(sorted(result.alloc_ratio_at.items()), out / "allocation.png")
+    if as_json:
+        typer.echo(json.dumps(doc))
+    else:
+        ratio = result.alloc_ratio_at
+        top = max(ratio)
+        typer.echo(f"{result.total_gpus} GPUs; allocation at 100%: {ratio.get(100)}%, at {top}%: {ratio[top]}%; "
+                   f"unallocated GPUs: {result.unallocated_gpus:.1f}")  # fmt: skip

@@ -1,0 +1,89 @@
+"""`gpupool sim run/compare/pack` as users call them: a real process, a small self-made trace, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def gpupool(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpupool", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def itp(tmp: Path, bad: bool = False) -> Path:
+    rows = ["job_id,submission_time,duration,num_gpu"]
+    rows += [f"j{i},{i * 300},{600 + 97 * i % 3000},{[1, 2, 4, 8][i % 4]}" for i in range(30)]
+    if bad:
+        rows.insert(5, "broken,notanumber,10,1")
+    p = tmp / "trace.csv"
+    p.write_text("\n".join(rows) + "\n")
+    return p
+
+
+def test_run_writes_every_output(tmp_path: Path) -> None:
+    trace = itp(tmp_path)
+    r = gpupool("sim", "run", "--trace", trace, "--format", "itp", "--gpus", "16", "--gpus-per-host", "8",
+                "--policy", "las", "--placement", "topology", "--seed", "1", "--out", "out", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out"
+    for name in ("metrics.json", "jobs.csv", "report.md", "utilisation.png", "jct_cdf.png", "queue.png"):
+        assert (out / name).stat().st_size > 0, name
+    m = json.loads((out / "metrics.json").read_text())
+    assert (m["jobs"], m["finished"]) == (30, 30)
+    assert m["lb_avg_jct_s"] <= m["avg_jct_s"]
+    header = (out / "jobs.csv").read_text().splitlines()[0]
+    assert header.startswith("id,submit,start,end,gpus,hosts,leaves,preemptions")
+
+
+def test_bad_rows_fail_with_file_and_line_or_are_skipped(tmp_path: Path) -> None:
+    trace = itp(tmp_path, bad=True)
+    args = ("sim", "run", "--trace", trace, "--format", "itp", "--gpus", "16", "--policy", "fifo",
+            "--placement", "topology", "--out", "out")  # fmt: skip
+    r = gpupool(*args, cwd=tmp_path)
+    assert r.returncode == 2
+    assert "trace.csv:6" in r.stderr and "Traceback" not in r.stderr
+    r = gpupool(*args, "--skip-bad-rows", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["bad_rows_skipped"] == 1
+
+
+def test_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
+    trace = itp(tmp_path)
+    for extra in (["--policy", "nope", "--placement", "topology"], ["--policy", "fifo", "--placement", "nope"]):
+        r = gpupool(
+            "sim", "run", "--trace", trace, "--format", "itp", "--gpus", "16", *extra, "--out", "o", cwd=tmp_path
+        )
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    r = gpupool("sim", "run", "--trace", trace, "--format", "itp", "--policy", "fifo", "--placement", "topology",
+                "--out", "o", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 2 and "--fabric" in r.stderr
+
+
+def test_compare_runs_every_pair(tmp_path: Path) -> None:
+    trace = itp(tmp_path)
+    r = gpupool("sim", "compare", "--trace", trace, "--format", "itp", "--gpus", "16", "--policies", "fifo,las",
+                "--placements", "topology,best-fit", "--out", "cmp", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert [(x["policy"], x["placement"]) for x in rows] == [
+        ("fifo", "topology"), ("fifo", "best-fit"), ("las", "topology"), ("las", "best-fit")
+    ]  # fmt: skip
+    assert (tmp_path / "cmp" / "las-best-fit" / "metrics.json").is_file()
+
+
+def test_pack_json(tmp_path: Path) -> None:
+    (tmp_path / "nodes.csv").write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
+        f"n{i},32000,131072,{8 if i < 3 else 2},T4\n" for i in range(6)))  # fmt: skip
+    (tmp_path / "pods.csv").write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(
+        f"p{i},1000,1024,{[1, 1, 2, 0][i % 4]},{[500, 1000, 1000, 0][i % 4]}\n" for i in range(20)))  # fmt: skip
+    r = gpupool("sim", "pack", "--nodes", "nodes.csv", "--pods", "pods.csv", "--placement", "frag", "--tune", "1.3",
+                "--seed", "42", "--json", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["total_gpus"] == 30
+    assert {"100", "130"} <= set(doc["alloc_ratio_at"])
+    assert doc["unallocated_gpus_at_130"] >= 0
