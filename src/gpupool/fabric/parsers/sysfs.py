@@ -81,7 +81,9 @@ class _DirFiles:
     def list(self, rel: str) -> list[str]:
         p = self.root / rel if rel else self.root
         try:
-            return sorted(os.listdir(p), key=natural_key) if p.is_dir() else []
+            # sysfs has no dot files; skipping them hides a writer's half-written temporaries
+            names = [n for n in os.listdir(p) if not n.startswith(".")] if p.is_dir() else []
+            return sorted(names, key=natural_key)
         except OSError as e:
             raise InputError(f"cannot list: {e.strerror}", source=str(p)) from e
 
@@ -265,7 +267,11 @@ def _port_files(port: SysfsPort) -> dict[str, str]:
 
 
 def write_sysfs_infiniband(root: str | Path, devices: Iterable[SysfsDevice]) -> None:
-    """Lay ``devices`` out under ``root`` as the kernel does (one value per file, newline-terminated)."""
+    """Lay ``devices`` out under ``root`` as the kernel does (one value per file, newline-terminated).
+
+    Each file is written beside itself and renamed into place, so a reader in another process (the agent
+    reading an emulated node) sees the old value or the new one, never an empty file.
+    """
     base = Path(root)
     for dev in devices:
         files: dict[str, str] = {}
@@ -280,7 +286,9 @@ def write_sysfs_infiniband(root: str | Path, devices: Iterable[SysfsDevice]) -> 
         for rel, value in files.items():
             path = base / dev.name / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(value + "\n", encoding="utf-8")
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(value + "\n", encoding="utf-8")
+            os.replace(tmp, path)
 
 
 def hcas_from_sysfs(devices: Iterable[SysfsDevice], host: str | None = None) -> tuple[Hca, ...]:
