@@ -1,0 +1,155 @@
+"""The agent protocol, version 1: what a node agent and the server say to each other over HTTP.
+
+The agent always calls the server (it may sit behind NAT); the server answers each heartbeat with the
+commands for that node. Paths (all under ``/v1/agents``):
+
+- ``POST /register`` with the join token as ``Authorization: Bearer``: the node's inventory; the reply
+  carries a node token that authenticates every later call of this node.
+- ``POST /{host}/heartbeat`` with the node token: telemetry since the last beat plus the state of every
+  workload the agent runs; the reply carries commands (launch, stop, signal). A command is identified by
+  its ``assignment_id``: the agent launches an assignment at most once, whatever the server repeats.
+- ``POST /{host}/reports`` with the node token: workload state changes as they happen (started,
+  exited, lost), so a finished job need not wait for the next beat.
+
+Unknown fields are refused (``extra="forbid"``): a typo is an error, not silently ignored data.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PROTOCOL_VERSION = 1
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GpuInfo(_Msg):
+    index: int = Field(ge=0)
+    uuid: str = ""
+    model: str
+    memory_mib: int = Field(ge=0)
+    pci_bus_id: str = ""
+    mig_mode: bool = False
+    nvlink_island: int = 0
+    numa_node: int = -1
+
+
+class HcaInfo(_Msg):
+    name: str  # mlx5_0
+    guid: str = ""  # node GUID, 16 hex digits
+    port: int = Field(default=1, ge=1)
+    state: str = ""  # ACTIVE, DOWN, ...
+    rate_gbps: float = Field(default=0.0, ge=0)
+    link_layer: str = "InfiniBand"
+
+
+class RegisterRequest(_Msg):
+    protocol: int = PROTOCOL_VERSION
+    host: str = Field(min_length=1, max_length=253)
+    agent_version: str = ""
+    agent_url: str = ""  # where the agent serves workload logs (http://127.0.0.1:PORT); "" = none
+    cpu_millicores: int = Field(default=0, ge=0)
+    memory_mib: int = Field(default=0, ge=0)
+    gpus: tuple[GpuInfo, ...] = ()
+    hcas: tuple[HcaInfo, ...] = ()
+    running: tuple[str, ...] = ()  # assignment ids the agent still runs (after an agent restart)
+
+
+class RegisterReply(_Msg):
+    protocol: int = PROTOCOL_VERSION
+    node_token: str
+    heartbeat_interval_s: float
+    server_time_s: float
+
+
+class GpuSample(_Msg):
+    index: int = Field(ge=0)
+    utilization_pct: float | None = None
+    memory_used_mib: int | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    ecc_uncorrected: int | None = None
+    health: Literal["ok", "degraded", "bad"] = "ok"
+    reasons: tuple[str, ...] = ()
+
+
+class PortSample(_Msg):
+    hca: str
+    port: int = 1
+    state: Literal["up", "degraded", "down"] = "up"
+    xmit_gbps: float | None = None
+    rcv_gbps: float | None = None
+    xmit_wait_per_s: float | None = None
+    errors_per_s: float | None = None
+    reasons: tuple[str, ...] = ()
+
+
+class XidSample(_Msg):
+    gpu: int = Field(ge=0)
+    code: int = Field(ge=0)
+    at_s: float
+    message: str = ""
+
+
+WorkloadState = Literal["starting", "running", "exited", "lost"]
+
+
+class WorkloadStatus(_Msg):
+    assignment_id: str
+    job_id: str
+    state: WorkloadState
+    exit_code: int | None = None  # negative: killed by that signal
+    at_s: float
+
+
+class HeartbeatRequest(_Msg):
+    protocol: int = PROTOCOL_VERSION
+    seq: int = Field(ge=0)
+    at_s: float
+    gpus: tuple[GpuSample, ...] = ()
+    ports: tuple[PortSample, ...] = ()
+    xids: tuple[XidSample, ...] = ()
+    workloads: tuple[WorkloadStatus, ...] = ()
+
+
+class LaunchCommand(_Msg):
+    kind: Literal["launch"] = "launch"
+    assignment_id: str
+    job_id: str
+    argv: tuple[str, ...] = Field(min_length=1)  # never a shell string
+    env: dict[str, str] = {}  # CUDA_VISIBLE_DEVICES, NCCL_IB_HCA, RANK, WORLD_SIZE, ... built by the server
+    gpus: tuple[int, ...] = ()
+
+
+class StopCommand(_Msg):
+    kind: Literal["stop"] = "stop"
+    assignment_id: str
+    grace_s: float = Field(default=30.0, ge=0)
+    reason: str = ""
+
+
+class SignalCommand(_Msg):
+    """A checkpoint request before a preemption: the agent sends SIGUSR1 to the workload's process group."""
+
+    kind: Literal["signal"] = "signal"
+    assignment_id: str
+    signal: Literal["checkpoint"] = "checkpoint"
+
+
+Command = Annotated[LaunchCommand | StopCommand | SignalCommand, Field(discriminator="kind")]
+
+
+class HeartbeatReply(_Msg):
+    protocol: int = PROTOCOL_VERSION
+    commands: tuple[Command, ...] = ()
+    heartbeat_interval_s: float
+    server_time_s: float
+
+
+class ReportRequest(_Msg):
+    protocol: int = PROTOCOL_VERSION
+    workloads: tuple[WorkloadStatus, ...] = Field(min_length=1)
