@@ -7,8 +7,9 @@ from gpupool.agent.emulated import EmulatedNode
 from gpupool.agent.gpu import FileGpuProbe, GpuInventory, GpuProbe
 from gpupool.agent.health import GpuHealth, HealthThresholds, NodeHealth, PortHealth, assess_node
 from gpupool.agent.ib import PortRates, PortSample, SysfsIbProbe, port_rates
-from gpupool.agent.runtime import WorkloadHandle, WorkloadRuntime, WorkloadState, WorkloadStatus, workload_env
+from gpupool.agent.runtime import WorkloadHandle, WorkloadRuntime, WorkloadState, WorkloadStatus
 from gpupool.agent.xid_log import KernelLogXidReader, XidEvent, parse_xid_line, pci_key
+from gpupool.domain.workload import workload_env
 
 # NvmlGpuProbe lives in gpupool.agent.nvml: importing it needs nvidia-ml-py, the rest of the agent does not.
 __all__ = [

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.agent.runtime import WorkloadRuntime, WorkloadState, process_start_ticks, workload_env
+from gpupool.agent.runtime import WorkloadRuntime, WorkloadState, process_start_ticks
 from gpupool.domain.errors import InputError, ParseError
+from gpupool.domain.workload import workload_env
 
 PY = sys.executable
 BASE = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
