@@ -17,14 +17,17 @@ import json
 import resource
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from gpupool.cluster import ClusterState
+from gpupool.domain.calendar import parse_calendar
 from gpupool.domain.events import JobPlaced, JobSubmitted
 from gpupool.domain.jobs import Allocation, GpuShare, JobSpec, PriorityClass, TaskAllocation
+from gpupool.domain.sharing import Quota
 from gpupool.fabric.generators import superpod
-from gpupool.scheduler import SchedulerConfig, ScheduleRequest, schedule
+from gpupool.scheduler import PreemptionConfig, SchedulerConfig, ScheduleRequest, SharingPolicy, schedule
 
 
 def fill(state: ClusterState, rng: np.random.Generator, target: float) -> int:
@@ -90,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fill", type=float, default=0.7)
     ap.add_argument("--per-cycle", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--sharing", action="store_true", help="quotas for 4 tenants in a cohort and a day/night pool calendar"
+    )
     ap.add_argument("--profile", default="", help="write a cProfile of the cycles to this path")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
@@ -104,6 +110,20 @@ def main(argv: list[str] | None = None) -> int:
     filled = 1.0 - state.snapshot().free_gpus() / fab.gpu_count
     setup_s = time.perf_counter() - t0
     cfg = SchedulerConfig(policy=args.policy, placer=args.placement, max_placements_per_cycle=args.per_cycle)
+    sharing = None
+    if args.sharing:
+        cal = parse_calendar(
+            'timezone = "UTC"\ndefault_pool = "default"\n[[pool]]\nname = "inference"\nsus = [1, 2, 3, 4]\n'
+            'share = 0.7\nshare_outside = 0.2\nwindows = [{ days = "mon-sun", start = "08:00", end = "22:00" }]\n',
+            "bench",
+        )
+        quarter = fab.gpu_count // 4
+        sharing = SharingPolicy(
+            quotas=tuple(Quota(t, "default", quarter, cohort="c") for t in "abcd"),
+            calendar=cal,
+            preemption=PreemptionConfig(enabled=False),
+        )
+        pend = [replace(j, tenant="abcd"[i % 4]) for i, j in enumerate(state.snapshot().pending)]
     cycle_s: list[float] = []
     apply_s = 0.0
     placements = 0
@@ -116,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         snap = state.snapshot()
         if not snap.pending:
             break
-        req = ScheduleRequest(snap, snap.pending, float(len(cycle_s)), cfg)
+        req = ScheduleRequest(snap, tuple(pend) if sharing else snap.pending, float(len(cycle_s)), cfg, sharing)
         if prof:
             prof.enable()
         t = time.perf_counter()
@@ -127,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         for alloc in result.placements:
             state.apply(JobPlaced(alloc, 0.0))
+        if sharing:
+            done = result.placed_ids()
+            pend = [j for j in pend if j.job_id not in done]
         apply_s += time.perf_counter() - t
         placements += len(result.placements)
         if not result.placements:
@@ -144,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpus": fab.gpu_count,
         "pending": args.pending,
         "placement": args.placement,
+        "sharing": args.sharing,
         "fill": round(filled, 3),
         "placements": placements,
         "cycles": len(cycle_s),
