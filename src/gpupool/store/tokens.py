@@ -13,7 +13,7 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-ITERATIONS = 10_000
+ITERATIONS = 1_000
 _SCHEME = "pbkdf2_sha256"
 
 

@@ -66,7 +66,7 @@ def specs(draw: st.DrawFn) -> JobSpec:
     )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(specs())
 def test_spec_round_trip_through_json(spec: JobSpec) -> None:
     assert spec_from_json(spec_to_json(spec)) == spec
