@@ -114,6 +114,8 @@ class AdminMixin(StoreBase):
             if row.state == NodeState.LOST.value:
                 self._move_node(s, row, NodeState.UP, "its agent reported again", actor, now)
             if health is not None:
+                if len(health) != row.gpu_count:
+                    raise InputError(f"{len(health)} health grades for {row.gpu_count} GPUs", source=f"node {name}")
                 new = dumps([int(g) for g in health])
                 if new != row.health:
                     row.health = new

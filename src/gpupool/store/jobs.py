@@ -206,9 +206,10 @@ class JobsMixin(StoreBase):
         with self._tx(write=True) as s:
             row, current = self._guard(s, job_id, expected_version, new_state)
             now = self._clock()
+            # The guarded update first: a stale writer fails before touching allocations or usage.
+            self._bump(s, row, new_state, reason_code if new_state is JobState.PENDING else "", reason, now)
             if current in HOLDING and new_state not in HOLDING:
                 self._free(s, job_id, now)
-            self._bump(s, row, new_state, reason_code if new_state is JobState.PENDING else "", reason, now)
             data = {"from": current.value, "to": new_state.value, "reason": reason}
             self._audit(s, actor, f"job.{new_state.value}", f"job/{job_id}", data, now)
             return job_record(row)

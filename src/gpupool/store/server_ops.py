@@ -25,7 +25,7 @@ from gpupool.store.base import dumps, loads
 from gpupool.store.codec import spec_to_json
 from gpupool.store.jobs import MAX_KEY, job_record
 from gpupool.store.records import JobRecord
-from gpupool.store.rows import AllocationRow, AuditRow, JobRow
+from gpupool.store.rows import AllocationRow, AuditRow, FabricRow, JobRow
 from gpupool.store.store import Store
 
 
@@ -294,3 +294,11 @@ class ServerOps:
             if r is None:
                 raise NotFoundError(f"no agent registered for node {host!r}")
             return AgentRecord(r.host, r.agent_url, r.address, loads(r.inventory, f"agent {r.host}"), r.registered_s)
+
+
+def topology_key(store: Store) -> tuple[object, ...]:
+    """What the scheduling fabric depends on, read cheaply: the stored fabric's version and the agents' set."""
+    with store._tx(write=False) as s:
+        version = s.scalar(select(FabricRow.version).where(FabricRow.id == 1))
+        agents = tuple(s.execute(select(AgentRow.host, AgentRow.registered_s).order_by(AgentRow.host)).all())
+    return (version, tuple(tuple(a) for a in agents))

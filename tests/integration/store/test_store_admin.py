@@ -100,6 +100,8 @@ def test_node_lifecycle_follows_the_state_machine(store: Store) -> None:
     assert actions == ["node.registered", "node.health", "node.drained", "node.lost", "node.up"]
     with pytest.raises(NotFoundError):
         store.heartbeat("nope", actor="agent")
+    with pytest.raises(InputError, match="3 health grades for 8 GPUs"):
+        store.heartbeat("h1", health=[HealthGrade.OK] * 3, actor="agent")
     assert [n.name for n in store.list_nodes()] == ["h1"]
 
 
@@ -179,3 +181,41 @@ def test_audit_listing_pages_by_id(store: Store) -> None:
     rest = store.list_audit(action="tenant.created", after_id=first[-1].id)
     names = [e.subject for e in first + rest]
     assert names == ["tenant/acme", "tenant/beta"] + [f"tenant/t{i}" for i in range(5)]
+
+
+def test_every_state_change_writes_exactly_one_audit_event(store: Store, make_spec: Spec) -> None:
+    def one_event(action: str, change: Callable[[], object]) -> None:
+        before = store.list_audit(limit=10_000)
+        change()
+        after = store.list_audit(limit=10_000)
+        assert [e.action for e in after[len(before) :]] == [action]
+
+    one_event("tenant.created", lambda: store.create_tenant("gamma", actor="admin"))
+    one_event("tenant.weight", lambda: store.set_tenant_weight("gamma", 2.0, actor="admin"))
+    one_event("quota.set", lambda: store.set_quota(QuotaRecord("gamma", "p", "", 1000), actor="admin"))
+    one_event("quota.deleted", lambda: store.delete_quota("gamma", "p", "", actor="admin"))
+    one_event("pool.put", lambda: store.put_pool("p", {}, actor="admin"))
+    one_event("pool.deleted", lambda: store.delete_pool("p", actor="admin"))
+    one_event("fabric.replaced", lambda: store.put_fabric(fat_tree(4), actor="admin"))
+    one_event("token.created", lambda: store.create_token("gamma", actor="admin"))
+    one_event("join_token.created", lambda: store.create_join_token(actor="admin"))
+    one_event("node.registered", lambda: store.upsert_node("h1", gpu_model="H100", gpu_count=8, actor="agent"))
+    one_event("node.updated", lambda: store.upsert_node("h1", gpu_model="H100", gpu_count=4, actor="agent"))
+    one_event("node.health", lambda: store.heartbeat("h1", health=[HealthGrade.DEGRADED] * 4, actor="agent"))
+    one_event("node.drained", lambda: store.drain_node("h1", "test", actor="op"))
+    one_event("node.up", lambda: store.undrain_node("h1", actor="op"))
+    one_event("job.submitted", lambda: store.submit_job(make_spec("j"), "k", actor="u"))
+    alloc = Allocation("j", (TaskAllocation("h1", (0,)),))
+    one_event("job.placed", lambda: store.record_allocation("j", 1, alloc, actor="s"))
+    one_event("job.running", lambda: store.transition_job("j", 2, JobState.RUNNING, "", actor="agent"))
+    one_event("job.pending", lambda: store.release_allocation("j", 3, actor="s", reason="preempted"))
+    one_event("job.cancelled", lambda: store.transition_job("j", 4, JobState.CANCELLED, "", actor="u"))
+    token_id = store.list_audit(action="token.created")[-1].data["token_id"]
+    one_event("token.revoked", lambda: store.revoke_token(token_id, actor="admin"))
+    # Reads and no-op writes leave the log alone.
+    one_event_free = len(store.list_audit(limit=10_000))
+    store.upsert_node("h1", gpu_model="H100", gpu_count=4, actor="agent")
+    store.heartbeat("h1", actor="agent")
+    store.load_state()
+    store.usage(0, 10)
+    assert len(store.list_audit(limit=10_000)) == one_event_free

@@ -175,3 +175,27 @@ def test_pending_reason_is_stored_for_waiting_jobs_only(store: Store, make_spec:
     store.transition_job("j1", 1, JobState.CANCELLED, "", actor="a")
     store.set_job_reason("j1", "LATE", "x")
     assert store.get_job("j1").reason_code == ""
+
+
+def test_racing_writers_quoting_one_version_let_exactly_one_through(store: Store, make_spec: Spec) -> None:
+    # The read-check in Python is not the guard on PostgreSQL (READ COMMITTED): the versioned UPDATE is.
+    store.submit_job(make_spec("j1"), None, actor="a")
+    barrier = threading.Barrier(6)
+    outcomes: list[str] = []
+
+    def cancel(i: int) -> None:
+        barrier.wait()
+        try:
+            store.transition_job("j1", 1, JobState.CANCELLED, f"writer {i}", actor=f"w{i}")
+            outcomes.append("ok")
+        except StaleVersionError:
+            outcomes.append("stale")
+
+    threads = [threading.Thread(target=cancel, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["ok"] + ["stale"] * 5
+    assert store.get_job("j1").version == 2
+    assert len(store.list_audit(subject="job/j1", action="job.cancelled")) == 1
