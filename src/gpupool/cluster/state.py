@@ -128,12 +128,14 @@ class ClusterState:
             case JobFinished(job_id=job_id, at_s=at, succeeded=ok):
                 self._job_to(job_id, JobState.FINISHED if ok else JobState.FAILED)
                 self._end(job_id, at, requeue=False)
+                self._forget(job_id)
             case JobCancelled(job_id=job_id, at_s=at):
                 self._job_to(job_id, JobState.CANCELLED)
                 if job_id in self._running:
                     self._end(job_id, at, requeue=False)
                 else:
                     self._pending.pop(job_id, None)
+                self._forget(job_id)
             case JobPreempted(job_id=job_id, at_s=at):
                 self._job_to(job_id, JobState.PENDING)
                 self._end(job_id, at, requeue=True)
@@ -267,6 +269,12 @@ class ClusterState:
             self._used_mem[h] = ug
             self._cpu_used[h] += uc
             self._mem_used[h] += ue
+
+    def _forget(self, job_id: str) -> None:
+        """A job that ended for good needs no service or preemption history: every snapshot copies those,
+        so keeping them would make a long run (the simulator's 100,000 jobs) quadratic."""
+        self._attained.pop(job_id, None)
+        self._preempted.pop(job_id, None)
 
     def _end(self, job_id: str, at_s: float, *, requeue: bool) -> None:
         r = self._running.pop(job_id)
