@@ -8,20 +8,21 @@ module once, as the return value of the call that made it, and is never put in a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from gpupool.domain.calendar import parse_calendar
 from gpupool.domain.errors import ConflictError, FabricError, InputError, NotFoundError, ParseError, StaleVersionError
 from gpupool.domain.events import HealthGrade
+from gpupool.domain.sharing import Quota
 from gpupool.domain.states import NODE_TRANSITIONS, NodeState, transition
 from gpupool.fabric import jsonio
 from gpupool.fabric.fabric import Fabric
 from gpupool.store import tokens
 from gpupool.store.base import StoreBase, dumps, loads
-from gpupool.store.records import AuditEvent, NodeRecord, PoolRecord, Principal, QuotaRecord, StoredFabric, TenantRecord
+from gpupool.store.records import AuditEvent, NodeRecord, PoolRecord, Principal, StoredFabric, TenantRecord
 from gpupool.store.rows import (
     ApiTokenRow,
     AuditRow,
@@ -67,6 +68,27 @@ def stored_fabric(row: FabricRow) -> StoredFabric:
         raise ParseError(e.reason, source=source, line=e.line) from None
     except FabricError as e:
         raise ParseError(e.message, source=source) from None
+
+
+def quota_from_row(r: QuotaRow) -> Quota:
+    try:
+        return Quota(
+            tenant=r.tenant,
+            pool=r.pool,
+            nominal_gpus=r.nominal_gpus,
+            borrowing_limit_gpus=r.borrowing_limit_gpus,
+            lending_limit_gpus=r.lending_limit_gpus,
+            cohort=r.cohort,
+            gpu_model=r.gpu_model,
+        )
+    except InputError as e:
+        raise ParseError(e.reason, source=f"stored quota {r.tenant}/{r.pool}/{r.gpu_model}") from None
+
+
+def pool_record(r: PoolRow) -> PoolRecord:
+    return PoolRecord(
+        r.name, r.calendar, parse_calendar(r.calendar, source=f"stored pool {r.name} calendar"), r.version
+    )
 
 
 class AdminMixin(StoreBase):
@@ -217,26 +239,25 @@ class AdminMixin(StoreBase):
         with self._tx(write=False) as s:
             return [TenantRecord(r.name, r.weight) for r in s.scalars(select(TenantRow).order_by(TenantRow.name))]
 
-    def set_quota(self, quota: QuotaRecord, actor: str) -> QuotaRecord:
-        limits = (quota.nominal_milli, quota.borrowing_limit_milli or 0, quota.lending_limit_milli or 0)
-        if min(limits) < 0:
-            raise InputError("quota amounts must be >= 0", source=f"quota {quota.tenant}/{quota.pool}")
+    def set_quota(self, quota: Quota, actor: str) -> Quota:
+        """Create or replace the quota of (tenant, pool, GPU model); the domain type has validated its amounts."""
         with self._tx(write=True) as s:
             self._require_tenant(s, quota.tenant)
-            key = (quota.tenant, quota.pool, quota.gpu_model)
-            row = s.get(QuotaRow, key, with_for_update=self._postgres)
+            row = s.get(QuotaRow, quota.key, with_for_update=self._postgres)
             if row is None:
-                row = QuotaRow(tenant=quota.tenant, pool=quota.pool, gpu_model=quota.gpu_model, nominal_milli=0)
+                row = QuotaRow(tenant=quota.tenant, pool=quota.pool, gpu_model=quota.gpu_model)
                 s.add(row)
-            row.nominal_milli = quota.nominal_milli
-            row.borrowing_limit_milli = quota.borrowing_limit_milli
-            row.lending_limit_milli = quota.lending_limit_milli
+            row.nominal_gpus = quota.nominal_gpus
+            row.borrowing_limit_gpus = quota.borrowing_limit_gpus
+            row.lending_limit_gpus = quota.lending_limit_gpus
+            row.cohort = quota.cohort
             data = {
                 "pool": quota.pool,
                 "gpu_model": quota.gpu_model,
-                "nominal_milli": quota.nominal_milli,
-                "borrowing_limit_milli": quota.borrowing_limit_milli,
-                "lending_limit_milli": quota.lending_limit_milli,
+                "nominal_gpus": quota.nominal_gpus,
+                "borrowing_limit_gpus": quota.borrowing_limit_gpus,
+                "lending_limit_gpus": quota.lending_limit_gpus,
+                "cohort": quota.cohort,
             }
             self._audit(s, actor, "quota.set", f"tenant/{quota.tenant}", data, self._clock())
         return quota
@@ -253,26 +274,22 @@ class AdminMixin(StoreBase):
             data = {"pool": pool, "gpu_model": gpu_model}
             self._audit(s, actor, "quota.deleted", f"tenant/{tenant}", data, self._clock())
 
-    def list_quotas(self, tenant: str | None = None) -> list[QuotaRecord]:
+    def list_quotas(self, tenant: str | None = None) -> list[Quota]:
         q = select(QuotaRow).order_by(QuotaRow.tenant, QuotaRow.pool, QuotaRow.gpu_model)
         if tenant is not None:
             q = q.where(QuotaRow.tenant == tenant)
         with self._tx(write=False) as s:
-            return [
-                QuotaRecord(
-                    r.tenant, r.pool, r.gpu_model, r.nominal_milli, r.borrowing_limit_milli, r.lending_limit_milli
-                )
-                for r in s.scalars(q)
-            ]
+            return [quota_from_row(r) for r in s.scalars(q)]
 
     # -- pools -------------------------------------------------------------------------------------------------
-    def put_pool(
-        self, name: str, calendar: Mapping[str, Any], actor: str, *, expected_version: int | None = None
-    ) -> PoolRecord:
-        """Create or replace a pool's calendar document; ``expected_version`` (0 = new pool) guards a replace."""
+    def put_pool(self, name: str, calendar_toml: str, actor: str, *, expected_version: int | None = None) -> PoolRecord:
+        """Create or replace a pool and its calendar (TOML; "" for none); ``expected_version`` (0 = new) guards.
+
+        The calendar is parsed before anything is written, so a bad one is refused with the line it is on.
+        """
         if not name:
             raise InputError("a pool needs a name", source="<pool>")
-        document = dumps(dict(calendar))
+        calendar = parse_calendar(calendar_toml, source=f"pool {name} calendar")
         with self._tx(write=True) as s:
             now = self._clock()
             row = s.get(PoolRow, name, with_for_update=self._postgres)
@@ -280,24 +297,23 @@ class AdminMixin(StoreBase):
             if expected_version is not None and expected_version != stored:
                 raise StaleVersionError(f"pool {name}: expected version {expected_version}, stored {stored}")
             if row is None:
-                row = PoolRow(name=name, calendar=document, version=1, updated_s=now)
+                row = PoolRow(name=name, calendar=calendar_toml, version=1, updated_s=now)
                 s.add(row)
             else:
-                row.calendar, row.version, row.updated_s = document, row.version + 1, now
+                row.calendar, row.version, row.updated_s = calendar_toml, row.version + 1, now
             self._audit(s, actor, "pool.put", f"pool/{name}", {"version": row.version}, now)
-            return PoolRecord(name, dict(calendar), row.version)
+            return PoolRecord(name, calendar_toml, calendar, row.version)
 
     def get_pool(self, name: str) -> PoolRecord:
         with self._tx(write=False) as s:
             row = s.get(PoolRow, name)
             if row is None:
                 raise NotFoundError(f"pool {name!r} is not defined")
-            return PoolRecord(row.name, loads(row.calendar, f"pool {name} (calendar)"), row.version)
+            return pool_record(row)
 
     def list_pools(self) -> list[PoolRecord]:
         with self._tx(write=False) as s:
-            rows = s.scalars(select(PoolRow).order_by(PoolRow.name))
-            return [PoolRecord(r.name, loads(r.calendar, f"pool {r.name} (calendar)"), r.version) for r in rows]
+            return [pool_record(r) for r in s.scalars(select(PoolRow).order_by(PoolRow.name))]
 
     def delete_pool(self, name: str, actor: str) -> None:
         with self._tx(write=True) as s:

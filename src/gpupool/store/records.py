@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpupool.domain.calendar import Calendar
 from gpupool.domain.events import HealthGrade
 from gpupool.domain.jobs import Allocation, JobSpec
 from gpupool.domain.states import JobState, NodeState
@@ -48,21 +49,12 @@ class TenantRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class QuotaRecord:
-    """A tenant's share of a pool's GPUs of one model ("" = any model), in milli-GPU; None limits: unlimited."""
-
-    tenant: str
-    pool: str
-    gpu_model: str
-    nominal_milli: int
-    borrowing_limit_milli: int | None = None
-    lending_limit_milli: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class PoolRecord:
+    """A pool and its calendar: the TOML text as written (shown back to operators) and its parsed form."""
+
     name: str
-    calendar: dict[str, Any]
+    calendar_toml: str
+    calendar: Calendar
     version: int
 
 

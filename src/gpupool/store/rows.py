@@ -45,19 +45,22 @@ class TenantRow(Base):
 class PoolRow(Base):
     __tablename__ = "pools"
     name: Mapped[str] = mapped_column(String(128), primary_key=True)
-    calendar: Mapped[str] = mapped_column(Text, default="{}")  # JSON document: reservations and windows
+    calendar: Mapped[str] = mapped_column(Text, default="")  # TOML text, as gpupool.domain.calendar parses it
     version: Mapped[int] = mapped_column(Integer, default=1)
     updated_s: Mapped[float] = mapped_column(Float)
 
 
 class QuotaRow(Base):
+    """One ``gpupool.domain.sharing.Quota``: whole GPUs, as the domain counts them."""
+
     __tablename__ = "quotas"
     tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name", ondelete="CASCADE"), primary_key=True)
     pool: Mapped[str] = mapped_column(String(128), primary_key=True)
     gpu_model: Mapped[str] = mapped_column(String(128), primary_key=True)  # "" means any model
-    nominal_milli: Mapped[int] = mapped_column(Integer)
-    borrowing_limit_milli: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: unlimited
-    lending_limit_milli: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    nominal_gpus: Mapped[int] = mapped_column(Integer)
+    borrowing_limit_gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: unlimited
+    lending_limit_gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cohort: Mapped[str] = mapped_column(String(128), default="")
 
 
 class JobRow(Base):

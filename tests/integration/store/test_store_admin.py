@@ -18,11 +18,23 @@ from gpupool.domain.errors import (
 )
 from gpupool.domain.events import HealthGrade
 from gpupool.domain.jobs import Allocation, JobSpec, TaskAllocation
+from gpupool.domain.sharing import Quota
 from gpupool.domain.states import JobState, NodeState
 from gpupool.fabric.generators import fat_tree
-from gpupool.store import Principal, QuotaRecord, Store
+from gpupool.store import Principal, Store
 
 Spec = Callable[..., JobSpec]
+
+CALENDAR = """timezone = "Asia/Shanghai"
+default_pool = "training"
+
+[[pool]]
+name = "inference"
+sus = [1]
+share = 0.5
+share_outside = 0.1
+windows = [{ days = "mon-fri", start = "08:00", end = "20:00" }]
+"""
 
 
 def _all_text(store: Store) -> list[str]:
@@ -128,27 +140,31 @@ def test_tenants_quotas_and_pools(store: Store) -> None:
         store.create_tenant("acme", actor="admin")
     store.set_tenant_weight("beta", 3.0, actor="admin")
     assert [(t.name, t.weight) for t in store.list_tenants()] == [("acme", 1.0), ("beta", 3.0)]
-    q = QuotaRecord("acme", "train", "H100", nominal_milli=16_000, borrowing_limit_milli=8_000)
+    q = Quota("acme", "train", 16, borrowing_limit_gpus=8, cohort="research", gpu_model="H100")
     store.set_quota(q, actor="admin")
-    store.set_quota(QuotaRecord("acme", "train", "H100", nominal_milli=32_000), actor="admin")
-    store.set_quota(QuotaRecord("beta", "train", "", nominal_milli=1_000, lending_limit_milli=0), actor="admin")
-    assert store.list_quotas("acme") == [QuotaRecord("acme", "train", "H100", 32_000)]
+    assert store.list_quotas("acme") == [q]
+    store.set_quota(Quota("acme", "train", 32, gpu_model="H100"), actor="admin")  # replaces, per key
+    store.set_quota(Quota("beta", "train", 1, lending_limit_gpus=0), actor="admin")
+    assert store.list_quotas("acme") == [Quota("acme", "train", 32, gpu_model="H100")]
     assert len(store.list_quotas()) == 2
     with pytest.raises(UnknownNameError):
-        store.set_quota(QuotaRecord("ghost", "train", "", 1), actor="admin")
-    with pytest.raises(InputError):
-        store.set_quota(QuotaRecord("acme", "train", "", -1), actor="admin")
+        store.set_quota(Quota("ghost", "train", 1), actor="admin")
     store.delete_quota("acme", "train", "H100", actor="admin")
     with pytest.raises(NotFoundError):
         store.delete_quota("acme", "train", "H100", actor="admin")
 
-    cal = {"reservations": [{"tenant": "acme", "from_s": 0, "to_s": 3600, "gpus": 8}]}
-    pool = store.put_pool("train", cal, actor="admin", expected_version=0)
-    assert (pool.version, store.get_pool("train").calendar) == (1, cal)
+    pool = store.put_pool("train", CALENDAR, actor="admin", expected_version=0)
+    assert pool.version == 1
+    stored = store.get_pool("train")
+    assert stored.calendar_toml == CALENDAR
+    assert (stored.calendar.timezone, stored.calendar.rules[0].pool) == ("Asia/Shanghai", "inference")
     with pytest.raises(StaleVersionError):
-        store.put_pool("train", {}, actor="admin", expected_version=0)
-    store.put_pool("train", {}, actor="admin", expected_version=1)
-    assert [(p.name, p.version, p.calendar) for p in store.list_pools()] == [("train", 2, {})]
+        store.put_pool("train", "", actor="admin", expected_version=0)
+    with pytest.raises(ParseError, match="unknown time zone") as err:
+        store.put_pool("train", 'timezone = "Mars/Olympus"\n', actor="admin")
+    assert (err.value.source, err.value.line) == ("pool train calendar", 1)
+    store.put_pool("train", "", actor="admin", expected_version=1)
+    assert [(p.name, p.version, p.calendar.rules) for p in store.list_pools()] == [("train", 2, ())]
     store.delete_pool("train", actor="admin")
     with pytest.raises(NotFoundError):
         store.get_pool("train")
@@ -192,9 +208,9 @@ def test_every_state_change_writes_exactly_one_audit_event(store: Store, make_sp
 
     one_event("tenant.created", lambda: store.create_tenant("gamma", actor="admin"))
     one_event("tenant.weight", lambda: store.set_tenant_weight("gamma", 2.0, actor="admin"))
-    one_event("quota.set", lambda: store.set_quota(QuotaRecord("gamma", "p", "", 1000), actor="admin"))
+    one_event("quota.set", lambda: store.set_quota(Quota("gamma", "p", 1), actor="admin"))
     one_event("quota.deleted", lambda: store.delete_quota("gamma", "p", "", actor="admin"))
-    one_event("pool.put", lambda: store.put_pool("p", {}, actor="admin"))
+    one_event("pool.put", lambda: store.put_pool("p", "", actor="admin"))
     one_event("pool.deleted", lambda: store.delete_pool("p", actor="admin"))
     one_event("fabric.replaced", lambda: store.put_fabric(fat_tree(4), actor="admin"))
     one_event("token.created", lambda: store.create_token("gamma", actor="admin"))

@@ -130,9 +130,10 @@ def upgrade() -> None:
         sa.Column("tenant", sa.String(length=128), nullable=False),
         sa.Column("pool", sa.String(length=128), nullable=False),
         sa.Column("gpu_model", sa.String(length=128), nullable=False),
-        sa.Column("nominal_milli", sa.Integer(), nullable=False),
-        sa.Column("borrowing_limit_milli", sa.Integer(), nullable=True),
-        sa.Column("lending_limit_milli", sa.Integer(), nullable=True),
+        sa.Column("nominal_gpus", sa.Integer(), nullable=False),
+        sa.Column("borrowing_limit_gpus", sa.Integer(), nullable=True),
+        sa.Column("lending_limit_gpus", sa.Integer(), nullable=True),
+        sa.Column("cohort", sa.String(length=128), nullable=False),
         sa.ForeignKeyConstraint(
             ["tenant"], ["tenants.name"], name=op.f("fk_quotas_tenant_tenants"), ondelete="CASCADE"
         ),
