@@ -1,5 +1,5 @@
 """The node agent: probes GPUs and HCAs, launches and stops workloads, reports to the server.
-May import: gpupool.domain, gpupool.fabric (parsers, model), the standard library, nvidia-ml-py.
+May import: gpupool.domain, gpupool.fabric, gpupool.schemas (the agent protocol), stdlib, nvidia-ml-py, httpx.
 Must not import: server, store, scheduler, sim.
 """
 

@@ -206,6 +206,23 @@ class WorkloadRuntime:
                 self._wait(assignment_id, time.monotonic() + 5.0)
         return self._check(assignment_id)
 
+    def group_alive(self, assignment_id: str) -> bool:
+        """Whether any process of the assignment's group still runs (a lost assignment's group is not ours)."""
+        if self._check(assignment_id).state is WorkloadState.LOST:
+            return False
+        return self._group_alive(self._handles[assignment_id].pid)
+
+    def send_signal(self, assignment_id: str, sig: signal.Signals) -> bool:
+        """Signal the assignment's whole group without waiting; False when nothing of ours is left to signal.
+
+        For callers that cannot block for a grace period (the agent loop keeps beating meanwhile): SIGTERM
+        now, then ``send_signal(.., SIGKILL)`` once their own deadline passes while ``group_alive`` holds.
+        """
+        if not self.group_alive(assignment_id):
+            return False
+        self._signal(self._handles[assignment_id].pid, sig)
+        return True
+
     def _signal(self, pgid: int, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):  # already gone: nothing to stop
             os.killpg(pgid, sig)

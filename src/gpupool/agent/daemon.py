@@ -1,0 +1,519 @@
+"""The agent process's loop: register, then sample -> grade -> heartbeat -> run the server's commands.
+
+One ``Agent`` per node. It owns the probes (``NodeSources``), a ``WorkloadRuntime`` and a ``ServerClient``,
+all handed in so tests can point it at a protocol server on 127.0.0.1 and give it their own clock and
+sleep. The loop never blocks for long: a stop sends SIGTERM and the SIGKILL waits for a deadline the loop
+checks each tick, so heartbeats keep flowing during a long grace period. When the server is away the loop
+keeps watching its children and retries with capped, jittered backoff; when the server answers that it
+does not know the node (401/404), the agent registers again and lists what it still runs, so the server
+can keep, or stop, each of those assignments; an assignment id is launched at most once, ever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from gpupool import __version__
+from gpupool.agent.emulated import EmulatedNode
+from gpupool.agent.gpu import FileGpuProbe, GpuProbe
+from gpupool.agent.health import NodeHealth, assess_node
+from gpupool.agent.ib import PortRates, SysfsIbProbe
+from gpupool.agent.nvml import NvmlGpuProbe, NvmlUnavailableError
+from gpupool.agent.reporter import (
+    Backoff,
+    BackoffPolicy,
+    NodeUnknownError,
+    ProtocolError,
+    ServerClient,
+    ServerUnavailableError,
+)
+from gpupool.agent.runtime import WorkloadRuntime, WorkloadState
+from gpupool.agent.xid_log import XidEvent
+from gpupool.domain.errors import GpupoolError, InputError
+from gpupool.domain.events import HealthGrade, LinkState
+from gpupool.fabric import jsonio
+from gpupool.fabric.model import Host
+from gpupool.fabric.parsers.sysfs import read_sysfs_infiniband
+from gpupool.schemas import agent as wire
+
+ASSIGNMENT_FILE = "assignment.json"  # job id and GPUs of an assignment, beside the runtime's launch.json
+DELIVERED_FILE = "delivered"  # marks a finished assignment whose end the server has acknowledged
+_XID_MEMORY = 1024  # XIDs kept for grading: they are rare, and a GPU with a thousand needs no more evidence
+_GRADES: dict[HealthGrade, Literal["ok", "degraded", "bad"]] = {
+    HealthGrade.OK: "ok",
+    HealthGrade.DEGRADED: "degraded",
+    HealthGrade.BAD: "bad",
+}
+_LINKS: dict[LinkState, Literal["up", "degraded", "down"]] = {
+    LinkState.UP: "up",
+    LinkState.DEGRADED: "degraded",
+    LinkState.DOWN: "down",
+}
+_STATES: dict[WorkloadState, wire.WorkloadState] = {
+    WorkloadState.RUNNING: "running",
+    WorkloadState.EXITED: "exited",
+    WorkloadState.LOST: "lost",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class AgentHealthRules:
+    """The agent's local grading thresholds. The same defaults as ``gpupool.cluster.health.HealthRules``,
+    restated because the agent may not import ``cluster``; the server re-grades with its own rules."""
+
+    temp_degraded_c: float = 85.0
+    temp_bad_c: float = 92.0
+    xmit_wait_saturated_per_s: float = 5.0e7
+    symbol_errors_per_s_erroring: float = 0.01
+
+    def grade_for_temperature(self, temperature_c: float) -> HealthGrade:
+        if temperature_c >= self.temp_bad_c:
+            return HealthGrade.BAD
+        return HealthGrade.DEGRADED if temperature_c >= self.temp_degraded_c else HealthGrade.OK
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    server_url: str
+    join_token: str
+    host: str
+    state_dir: Path
+    interval_s: float = 1.0  # until the server's reply names its own
+    poll_s: float = 0.2  # how often children are checked between beats (exits reported, stops escalated)
+    seed: int = 0
+    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+    inherit_env: tuple[str, ...] = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME")
+    stop_workloads_on_exit: bool = False  # the demo's choice; a real node keeps its jobs across agent restarts
+    exit_grace_s: float = 2.0
+    thresholds: AgentHealthRules = field(default_factory=AgentHealthRules)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSources:
+    """Where this node's facts come from. ``host``: the fabric's view of an emulated node (NVLink islands,
+    NUMA, CPU and memory), None on real hardware."""
+
+    gpus: GpuProbe | None
+    ib: SysfsIbProbe | None
+    emulated: EmulatedNode | None = None
+    host: Host | None = None
+
+
+def emulated_sources(fabric_path: Path, host_name: str, root: Path) -> NodeSources:
+    """An emulated node for ``host_name`` of the fabric JSON, under ``root``; the real probes read it."""
+    fabric = jsonio.load(fabric_path)
+    if not fabric.has_host(host_name):
+        raise InputError(f"host {host_name!r} is not in the fabric", source=str(fabric_path))
+    host = fabric.host(host_name)
+    node = EmulatedNode(root, host, [fabric.hcas[fabric.hca_index(g)] for g in host.hcas])
+    return NodeSources(
+        gpus=FileGpuProbe(node.smi_xml_path, node.kernel_log_path),
+        ib=SysfsIbProbe(node.sysfs_root),
+        emulated=node,
+        host=host,
+    )
+
+
+def hardware_sources(
+    sysfs_root: Path, smi_xml: Path | None, kernel_log: Path | None, log: Callable[[str], None]
+) -> NodeSources:
+    """NVML when it starts, else an ``nvidia-smi -q -x`` file when given, else no GPUs; IB from sysfs."""
+    gpus: GpuProbe | None = None
+    if smi_xml is not None:
+        gpus = FileGpuProbe(smi_xml, kernel_log)
+    else:
+        try:
+            gpus = NvmlGpuProbe()
+        except NvmlUnavailableError as e:
+            log(f"no GPUs: {e}")
+    ib = SysfsIbProbe(sysfs_root) if sysfs_root.is_dir() else None
+    if ib is None:
+        log(f"no InfiniBand: {sysfs_root} does not exist")
+    return NodeSources(gpus=gpus, ib=ib)
+
+
+def _memory_mib() -> int:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+@dataclass(slots=True)
+class AgentStats:
+    """Counters the loop bumps; read by tests and the log. Mutable on purpose, owned by one agent."""
+
+    registrations: int = 0
+    heartbeats: int = 0
+    reports: int = 0
+    launches: int = 0
+    server_failures: int = 0
+    retry_delays: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Meta:
+    job_id: str
+    gpus: tuple[int, ...]
+    launch_error: str = ""
+
+
+def _stderr(msg: str) -> None:
+    print(f"gpupool-agent: {msg}", file=sys.stderr, flush=True)
+
+
+class Agent:
+    """One node's agent. ``run(stop)`` until ``stop`` is set; ``step()`` is one pass for tests."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        sources: NodeSources,
+        client: ServerClient,
+        *,
+        log_url: str = "",
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        log: Callable[[str], None] = _stderr,
+        base_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.sources = sources
+        self.client = client
+        self.log_url = log_url
+        self.clock = clock
+        self.wall = wall
+        self.log = log
+        env = os.environ if base_env is None else base_env
+        self._base_env = {k: env[k] for k in settings.inherit_env if k in env}
+        self.runtime = WorkloadRuntime(settings.state_dir / "workloads")
+        self.backoff = Backoff(settings.backoff, settings.seed)
+        self.stats = AgentStats()
+        self.node_token: str | None = None
+        self.interval_s = settings.interval_s
+        self.seq = 0
+        self._next_beat = 0.0
+        self._retry_at = 0.0
+        self._last_advance = clock()
+        self._xids: deque[XidEvent] = deque(maxlen=_XID_MEMORY)
+        self._new_xids: list[tuple[XidEvent, float]] = []
+        self._meta: dict[str, _Meta] = {}
+        self._state: dict[str, str] = {}  # last state this agent has seen (and so reported) per assignment
+        self._changed_at: dict[str, float] = {}
+        self._undelivered: dict[str, wire.WorkloadStatus] = {}  # finished, not yet acknowledged by a beat
+        self._kill_at: dict[str, float] = {}  # stopping: SIGKILL at this clock() time if still alive
+        self._recover()
+
+    # --- restart: what the state directory remembers ------------------------------------------------------
+    def _recover(self) -> None:
+        for d in sorted(p for p in self.runtime.state_dir.iterdir() if (p / ASSIGNMENT_FILE).is_file()):
+            try:
+                raw = json.loads((d / ASSIGNMENT_FILE).read_text(encoding="utf-8"))
+                self._meta[d.name] = _Meta(str(raw["job_id"]), tuple(int(g) for g in raw["gpus"]), raw.get("error", ""))
+            except (ValueError, KeyError, TypeError) as e:
+                self.log(f"ignoring unreadable {d / ASSIGNMENT_FILE}: {e}")
+                continue
+            if (d / DELIVERED_FILE).exists():
+                self._state[d.name] = "delivered"
+        for aid, st in self.runtime.poll().items():
+            if st.state is WorkloadState.RUNNING:
+                self._state[aid] = "running"  # reattached: registration lists it, no report needed
+                h = self.runtime.handle(aid)
+                meta = self._meta.get(aid)
+                if self.sources.emulated is not None and meta is not None and h is not None:
+                    self.sources.emulated.place(meta.gpus, pid=h.pid)
+
+    def _write_meta(self, aid: str, meta: _Meta) -> None:
+        d = self.runtime.state_dir / aid
+        d.mkdir(parents=True, exist_ok=True)
+        body = {"job_id": meta.job_id, "gpus": list(meta.gpus), "error": meta.launch_error}
+        tmp = d / (ASSIGNMENT_FILE + ".tmp")
+        tmp.write_text(json.dumps(body), encoding="utf-8")
+        os.replace(tmp, d / ASSIGNMENT_FILE)
+        self._meta[aid] = meta
+
+    # --- inventory ---------------------------------------------------------------------------------------------
+    def inventory(self) -> wire.RegisterRequest:
+        host = self.sources.host
+        gpus: list[wire.GpuInfo] = []
+        for g in self.sources.gpus.inventory() if self.sources.gpus is not None else ():
+            fabric_gpu = host.gpus[g.index] if host is not None and g.index < len(host.gpus) else None
+            gpus.append(
+                wire.GpuInfo(
+                    index=g.index,
+                    uuid=g.uuid,
+                    model=g.name,
+                    memory_mib=g.memory_total_mib,
+                    pci_bus_id=g.pci_bus_id,
+                    mig_mode=bool(g.mig_mode),
+                    nvlink_island=fabric_gpu.nvlink_island if fabric_gpu else 0,
+                    numa_node=fabric_gpu.numa_node if fabric_gpu else -1,
+                )
+            )
+        hcas: list[wire.HcaInfo] = []
+        if self.sources.ib is not None:
+            for d in read_sysfs_infiniband(self.sources.ib.root):
+                for p in d.ports:
+                    hcas.append(
+                        wire.HcaInfo(
+                            name=d.name,
+                            guid=d.node_guid,
+                            port=p.port,
+                            state=p.state,
+                            rate_gbps=p.rate_gbps,
+                            link_layer=p.link_layer,
+                        )
+                    )
+        running = tuple(a for a, s in self.runtime.poll().items() if s.state is WorkloadState.RUNNING)
+        return wire.RegisterRequest(
+            host=self.settings.host,
+            agent_version=__version__,
+            agent_url=self.log_url,
+            cpu_millicores=host.cpu_millicores if host is not None else (os.cpu_count() or 0) * 1000,
+            memory_mib=host.memory_mib if host is not None else _memory_mib(),
+            gpus=tuple(gpus),
+            hcas=tuple(hcas),
+            running=running,
+        )
+
+    def register(self) -> None:
+        reply = self.client.register(self.settings.join_token, self.inventory())
+        self.node_token = reply.node_token
+        if reply.heartbeat_interval_s > 0:
+            self.interval_s = reply.heartbeat_interval_s
+        self.stats.registrations += 1
+        self.backoff.reset()
+        self._next_beat = self.clock()  # tell the server how the node is doing at once
+        self.log(f"registered as {self.settings.host}; heartbeat every {self.interval_s:g} s")
+
+    # --- one sample ---------------------------------------------------------------------------------------------
+    def sample(self) -> tuple[NodeHealth, tuple[wire.GpuSample, ...], tuple[wire.PortSample, ...]]:
+        now = self.clock()
+        src = self.sources
+        if src.emulated is not None and now > self._last_advance:
+            src.emulated.advance(now - self._last_advance)
+        self._last_advance = now
+        telemetry = src.gpus.telemetry() if src.gpus is not None else ()
+        rates: tuple[PortRates, ...] = src.ib.rates(now) if src.ib is not None else ()
+        fresh = src.gpus.xid_events() if src.gpus is not None else ()
+        at = self.wall()
+        self._xids.extend(fresh)
+        self._new_xids.extend((x, at) for x in fresh)
+        ports = src.ib.latest if src.ib is not None else ()
+        health = assess_node(telemetry, self._xids, ports, rates, self.settings.thresholds)
+        gpus = tuple(
+            wire.GpuSample(
+                index=h.index,
+                utilization_pct=t.gpu_util_pct,
+                memory_used_mib=t.memory_used_mib,
+                temperature_c=t.temperature_c,
+                power_w=t.power_draw_w,
+                ecc_uncorrected=t.ecc_volatile_uncorrected,
+                health=_GRADES[h.grade],
+                reasons=h.reasons,
+            )
+            for h, t in zip(health.gpus, telemetry, strict=True)
+        )
+        by_port = {(r.sample.device, r.sample.port): r for r in rates}
+        out_ports = []
+        for p in health.ports:
+            r = by_port.get((p.device, p.port))
+            errs = [v for v in r.errors_per_s.values() if v is not None] if r is not None else []
+            xmit = r.xmit_bytes_per_s if r is not None else None
+            rcv = r.rcv_bytes_per_s if r is not None else None
+            out_ports.append(
+                wire.PortSample(
+                    hca=p.device,
+                    port=p.port,
+                    state=_LINKS[p.state],
+                    xmit_gbps=None if xmit is None else xmit * 8 / 1e9,
+                    rcv_gbps=None if rcv is None else rcv * 8 / 1e9,
+                    xmit_wait_per_s=r.xmit_wait_per_s if r is not None else None,
+                    errors_per_s=sum(errs) if errs else None,
+                    reasons=p.reasons,
+                )
+            )
+        return health, gpus, tuple(out_ports)
+
+    # --- workloads ----------------------------------------------------------------------------------------------
+    def _status(self, aid: str, state: wire.WorkloadState, code: int | None) -> wire.WorkloadStatus:
+        meta = self._meta.get(aid)
+        at = self._changed_at.setdefault(aid, self.wall())
+        return wire.WorkloadStatus(
+            assignment_id=aid, job_id=meta.job_id if meta else "", state=state, exit_code=code, at_s=at
+        )
+
+    def workload_statuses(self) -> dict[str, wire.WorkloadStatus]:
+        out = {a: self._status(a, _STATES[s.state], s.exit_code) for a, s in self.runtime.poll().items()}
+        for aid, meta in self._meta.items():
+            if meta.launch_error and aid not in out:
+                out[aid] = self._status(aid, "exited", 127)  # never started: as a shell says "not found"
+        return out
+
+    def tick(self) -> None:
+        """Check the children: report what changed, escalate overdue stops. No server call is required."""
+        changed: list[wire.WorkloadStatus] = []
+        for aid, st in self.workload_statuses().items():
+            if self._state.get(aid) in (st.state, "delivered"):
+                continue
+            self._changed_at[aid] = self.wall()
+            st = self._status(aid, st.state, st.exit_code)
+            self._state[aid] = st.state
+            changed.append(st)
+            if st.state in ("exited", "lost"):
+                self._undelivered[aid] = st
+                meta = self._meta.get(aid)
+                if self.sources.emulated is not None and meta is not None:
+                    self.sources.emulated.release(meta.gpus)
+        now = self.clock()
+        for aid, deadline in list(self._kill_at.items()):
+            if not self.runtime.group_alive(aid):
+                del self._kill_at[aid]
+            elif now >= deadline:
+                self.log(f"{aid}: grace period over, SIGKILL")
+                self.runtime.send_signal(aid, signal.SIGKILL)
+                del self._kill_at[aid]
+        if changed and self.node_token is not None and now >= self._retry_at:
+            try:
+                self.client.report(self.settings.host, self.node_token, wire.ReportRequest(workloads=tuple(changed)))
+                self.stats.reports += 1
+            except (ServerUnavailableError, ProtocolError) as e:
+                self.log(f"report not delivered ({e}); the next heartbeat carries it")
+            except NodeUnknownError:
+                self.node_token = None
+
+    def launch(self, cmd: wire.LaunchCommand) -> None:
+        aid = cmd.assignment_id
+        if self.runtime.handle(aid) is not None or aid in self._meta:
+            return  # launched before (perhaps by an earlier agent on this state dir): never twice
+        meta = _Meta(cmd.job_id, tuple(cmd.gpus))
+        self._write_meta(aid, meta)  # before the child exists, so a crash right after still knows its job
+        env = {**self._base_env, **cmd.env, "GPUPOOL_ASSIGNMENT_ID": aid}
+        try:
+            h = self.runtime.launch(aid, cmd.argv, env, cwd=self.runtime.state_dir / aid)
+        except OSError as e:
+            self.log(f"{aid}: cannot start {cmd.argv[0]!r}: {e.strerror}")
+            self._write_meta(aid, _Meta(cmd.job_id, tuple(cmd.gpus), f"{cmd.argv[0]}: {e.strerror}"))
+            return
+        self.stats.launches += 1
+        if self.sources.emulated is not None:
+            self.sources.emulated.place(cmd.gpus, pid=h.pid, process=Path(cmd.argv[0]).name)
+
+    def stop(self, cmd: wire.StopCommand) -> None:
+        aid = cmd.assignment_id
+        if self.runtime.handle(aid) is None or aid in self._kill_at:
+            return  # never launched here, or already stopping: a repeated stop changes nothing
+        if self.runtime.send_signal(aid, signal.SIGTERM):
+            self.log(f"{aid}: SIGTERM ({cmd.reason or 'stop'}), SIGKILL in {cmd.grace_s:g} s")
+            self._kill_at[aid] = self.clock() + cmd.grace_s
+
+    def execute(self, commands: tuple[wire.LaunchCommand | wire.StopCommand | wire.SignalCommand, ...]) -> None:
+        for cmd in commands:
+            try:
+                if isinstance(cmd, wire.LaunchCommand):
+                    self.launch(cmd)
+                elif isinstance(cmd, wire.StopCommand):
+                    self.stop(cmd)
+                elif self.runtime.handle(cmd.assignment_id) is not None:
+                    self.runtime.send_signal(cmd.assignment_id, signal.SIGUSR1)  # the checkpoint request
+            except InputError as e:  # an assignment id that is not a safe directory name, an empty argv
+                self.log(f"command refused: {e}")
+
+    # --- the server ----------------------------------------------------------------------------------------------
+    def beat(self) -> None:
+        start = self.clock()
+        _, gpus, ports = self.sample()
+        running = [
+            self._status(a, "running", None) for a, s in self._state.items() if s == "running" and a in self._meta
+        ]
+        sent = dict(self._undelivered)
+        xids = tuple(
+            wire.XidSample(gpu=x.gpu_index, code=x.code, at_s=at, message=x.message)
+            for x, at in self._new_xids
+            if x.gpu_index is not None
+        )
+        req = wire.HeartbeatRequest(
+            seq=self.seq,
+            at_s=self.wall(),
+            gpus=gpus,
+            ports=ports,
+            xids=xids,
+            workloads=(*running, *sent.values()),
+        )
+        assert self.node_token is not None
+        reply = self.client.heartbeat(self.settings.host, self.node_token, req)
+        self.seq += 1
+        self.stats.heartbeats += 1
+        self.backoff.reset()
+        self._new_xids.clear()
+        for aid in sent:
+            self._undelivered.pop(aid, None)
+            self._state[aid] = "delivered"
+            with contextlib.suppress(OSError):
+                (self.runtime.state_dir / aid / DELIVERED_FILE).touch()
+        if reply.heartbeat_interval_s > 0:
+            self.interval_s = reply.heartbeat_interval_s
+        self._next_beat = max(start + self.interval_s, self.clock())
+        self.execute(reply.commands)
+        self.tick()  # report the launches and fast exits at once rather than at the next beat
+
+    def step(self) -> None:
+        """One pass: check children; when due and allowed, (re-)register and beat."""
+        self.tick()
+        now = self.clock()
+        if now < self._retry_at:
+            return
+        try:
+            if self.node_token is None:
+                self.register()
+            if self.clock() >= self._next_beat:
+                self.beat()
+        except (ServerUnavailableError, ProtocolError) as e:
+            delay = self.backoff.next_delay()
+            self.stats.server_failures += 1
+            self.stats.retry_delays.append(delay)
+            self._retry_at = self.clock() + delay
+            self.log(f"server unavailable ({e}); retry in {delay:.2f} s")
+        except NodeUnknownError as e:
+            self.log(f"server does not know this node ({e}); registering again")
+            self.node_token = None
+
+    def next_wake_s(self) -> float:
+        now = self.clock()
+        due = [now + self.settings.poll_s, max(self._next_beat, self._retry_at), *self._kill_at.values()]
+        return max(0.001, min(due) - now)
+
+    def shutdown(self) -> None:
+        if self.settings.stop_workloads_on_exit:
+            for aid, st in self.runtime.poll().items():
+                if st.state is WorkloadState.RUNNING or self.runtime.group_alive(aid):
+                    self.runtime.stop(aid, self.settings.exit_grace_s)
+            with contextlib.suppress(GpupoolError):
+                self.tick()
+
+    def run(self, stop: threading.Event, sleep: Callable[[float], object] | None = None) -> None:
+        """Loop until ``stop`` is set; ``sleep`` defaults to waiting on ``stop`` (so a signal wakes it)."""
+        wait = sleep if sleep is not None else stop.wait
+        try:
+            while not stop.is_set():
+                self.step()
+                wait(self.next_wake_s())
+        finally:
+            self.shutdown()
+
+
+def default_host() -> str:
+    return socket.gethostname().split(".")[0]
