@@ -7,6 +7,7 @@ import sys
 import typer
 
 from gpupool import __version__
+from gpupool.cli.agent import agent as agent_cmd
 from gpupool.cli.errors import run_guarded
 from gpupool.cli.fabric import app as fabric_app
 from gpupool.cli.sim import app as sim_app
@@ -20,6 +21,7 @@ app = typer.Typer(
 )
 app.add_typer(fabric_app, name="fabric")
 app.add_typer(sim_app, name="sim")
+app.command("agent")(agent_cmd)
 
 
 @app.command()
