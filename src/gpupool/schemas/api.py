@@ -1,0 +1,246 @@
+"""The REST API v1 wire formats: what tenants and operators send and get back. Strict: unknown fields refused.
+
+Conversion to domain values happens in the server; these models only validate shapes and ranges, so a bad
+request is a 422 naming the field before any use case runs.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PriorityName = Literal["best_effort", "batch", "normal", "high", "realtime"]
+StateName = Literal["pending", "placed", "running", "finished", "failed", "cancelled"]
+Name = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ShareIn(_In):
+    milli_gpu: int = Field(default=0, ge=0, le=1000)
+    memory_mib: int = Field(default=0, ge=0, le=10_000_000)
+
+
+class TopologyIn(_In):
+    scope: Literal["nvlink", "leaf", "su", "any"] = "any"
+    mode: Literal["required", "preferred"] = "preferred"
+
+
+class JobSubmit(_In):
+    """A job as a tenant submits it. ``command`` is an argv list, run without a shell."""
+
+    command: list[str] = Field(min_length=1, max_length=1024)
+    env: dict[str, str] = Field(default_factory=dict, max_length=256)
+    name: str = Field(default="", max_length=256)
+    tenant: str | None = Field(default=None, min_length=1, max_length=128)  # admins only: on whose behalf
+    pool: str = Field(default="default", min_length=1, max_length=128)
+    tasks: int = Field(default=1, ge=1, le=4096)
+    gpus_per_task: int = Field(default=1, ge=1, le=64)
+    priority: PriorityName = "normal"
+    cpu_millicores: int = Field(default=0, ge=0, le=10_000_000)
+    memory_mib: int = Field(default=0, ge=0, le=1_000_000_000)
+    share: ShareIn | None = None
+    gpu_models: list[str] = Field(default_factory=list, max_length=64)
+    node_selector: dict[str, str] = Field(default_factory=dict, max_length=64)
+    topology: TopologyIn = TopologyIn()
+    rail_aligned: bool = False
+    preemptible: bool = False
+    estimated_runtime_s: float | None = Field(default=None, gt=0, le=1e9)
+    deadline_s: float | None = Field(default=None, ge=0, le=1e12)
+    min_tasks: int | None = Field(default=None, ge=1, le=4096)
+    scaling: Literal["none", "linear"] = "none"
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+
+
+class JobOut(_Out):
+    id: str
+    state: StateName
+    version: int
+    tenant: str
+    pool: str
+    name: str
+    priority: str
+    tasks: int
+    gpus_per_task: int
+    milli_gpu: int | None
+    preemptible: bool
+    submit_time_s: float
+    deadline_s: float | None
+    reason_code: str
+    reason: str
+    created_s: float
+    updated_s: float
+    idempotency_key: str | None
+
+
+class SubmitOut(_Out):
+    job: JobOut
+    created: bool
+
+
+class JobList(_Out):
+    jobs: list[JobOut]
+    next_after: str | None
+
+
+class WhyOut(_Out):
+    id: str
+    state: StateName
+    reason_code: str
+    reason: str
+    deadline: str | None = None  # deadline jobs: the admission answer (feasible, at_risk, infeasible)
+
+
+class EventOut(_Out):
+    id: int
+    at_s: float
+    actor: str
+    action: str
+    data: dict[str, object]
+
+
+class EventList(_Out):
+    events: list[EventOut]
+
+
+class LogsOut(_Out):
+    job_id: str
+    rank: int
+    stream: Literal["stdout", "stderr"]
+    text: str
+
+
+class GpuOut(_Out):
+    index: int
+    model: str
+    memory_mib: int
+    health: str
+
+
+class HcaOut(_Out):
+    name: str
+    guid: str
+    rate_gbps: float
+
+
+class NodeOut(_Out):
+    name: str
+    state: Literal["up", "drained", "lost"]
+    gpu_model: str
+    gpu_count: int
+    labels: dict[str, str]
+    gpus: list[GpuOut]
+    hcas: list[HcaOut]
+    last_heartbeat_s: float | None
+    heartbeat_age_s: float | None
+    agent_url: str
+
+
+class NodeList(_Out):
+    nodes: list[NodeOut]
+
+
+class DrainIn(_In):
+    reason: str = Field(default="drained by an operator", max_length=512)
+
+
+class PoolIn(_In):
+    calendar_toml: str = Field(default="", max_length=1_000_000)  # the pool calendar, TOML
+    expected_version: int | None = Field(default=None, ge=0)
+
+
+class PoolOut(_Out):
+    name: str
+    calendar_toml: str
+    version: int
+
+
+class PoolList(_Out):
+    pools: list[PoolOut]
+
+
+class TenantIn(_In):
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    weight: float = Field(default=1.0, gt=0, le=1e6)
+
+
+class TenantOut(_Out):
+    name: str
+    weight: float
+
+
+class TenantList(_Out):
+    tenants: list[TenantOut]
+
+
+class QuotaIn(_In):
+    """A tenant's quota in a pool, in whole GPUs (fractional jobs count their share)."""
+
+    pool: str = Field(min_length=1, max_length=128)
+    gpu_model: str = Field(default="", max_length=128)
+    nominal_gpus: int = Field(ge=0, le=10_000_000)
+    borrowing_limit_gpus: int | None = Field(default=None, ge=0, le=10_000_000)
+    lending_limit_gpus: int | None = Field(default=None, ge=0, le=10_000_000)
+    cohort: str = Field(default="", max_length=128)
+
+
+class QuotaOut(_Out):
+    tenant: str
+    pool: str
+    gpu_model: str
+    nominal_gpus: int
+    borrowing_limit_gpus: int | None
+    lending_limit_gpus: int | None
+    cohort: str
+
+
+class QuotaList(_Out):
+    quotas: list[QuotaOut]
+
+
+class TokenIn(_In):
+    tenant: str | None = Field(default=None, min_length=1, max_length=128)
+    admin: bool = False
+
+
+class TokenOut(_Out):
+    token: str  # the clear text: shown once, never stored
+
+
+class JoinTokenIn(_In):
+    ttl_s: float | None = Field(default=None, gt=0, le=1e9)
+
+
+class UsageRow(_Out):
+    tenant: str
+    gpu_model: str
+    pool: str
+    gpu_seconds: float
+
+
+class UsageOut(_Out):
+    from_s: float
+    to_s: float
+    usage: list[UsageRow]
+
+
+class FabricOut(_Out):
+    version: int
+    document: dict[str, object]
+
+
+class ErrorOut(_Out):
+    code: str
+    message: str
+
+
+class HealthOut(_Out):
+    ok: bool
+    leader: bool

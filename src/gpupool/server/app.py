@@ -1,0 +1,110 @@
+"""The FastAPI application: error mapping, lifespan (the scheduling loop), health, metrics and the agent routes.
+
+``create_app(settings)`` builds everything from one settings object; nothing is global. Errors carry the
+domain's stable codes: bad input is a 422 in FastAPI's own validation shape (naming the field), a missing
+or foreign record a 404, a lost race or a forbidden state change a 409, a bad token a 401.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+from fastapi import FastAPI, Header, Request
+from fastapi.responses import JSONResponse, Response
+
+from gpupool.domain.errors import (
+    ConflictError,
+    GpupoolError,
+    InputError,
+    NotFoundError,
+    TransitionError,
+    UnknownNameError,
+)
+from gpupool.schemas import agent as proto
+from gpupool.schemas import api
+from gpupool.server.auth import bearer
+from gpupool.server.core import build_server
+from gpupool.server.gateway import AuthError
+from gpupool.server.routes import AgentUnreachableError, ForbiddenError, Srv, router
+from gpupool.server.settings import Settings
+
+log = logging.getLogger("gpupool.server")
+
+_STATUS: tuple[tuple[type[GpupoolError], int], ...] = (
+    (AuthError, 401),
+    (ForbiddenError, 403),
+    (NotFoundError, 404),
+    (ConflictError, 409),
+    (TransitionError, 409),
+    (AgentUnreachableError, 502),
+)
+
+
+def _error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, GpupoolError)
+    if isinstance(exc, (InputError, UnknownNameError)):
+        where = getattr(exc, "source", "") or "body"
+        detail = [{"loc": where.split("."), "msg": getattr(exc, "reason", exc.message), "type": exc.code}]
+        return JSONResponse({"detail": detail}, status_code=422)
+    status = next((code for kind, code in _STATUS if isinstance(exc, kind)), 400)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse({"code": exc.code, "message": exc.message}, status_code=status, headers=headers)
+
+
+def _errors() -> dict[int | str, dict[str, object]]:
+    return {code: {"model": api.ErrorOut} for code in (400, 401, 403, 404, 409)}
+
+
+def create_app(settings: Settings, *, clock: Callable[[], float] | None = None, run_loop: bool = True) -> FastAPI:
+    srv = build_server(settings) if clock is None else build_server(settings, clock=clock)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if run_loop:
+            srv.loop.start()
+        try:
+            yield
+        finally:
+            srv.close()
+
+    app = FastAPI(title="gpupool", version="1", lifespan=lifespan, responses=_errors())
+    app.state.server = srv
+    app.add_exception_handler(GpupoolError, _error)
+    app.include_router(router)
+
+    @app.get("/healthz", response_model=api.HealthOut)
+    def healthz(s: Srv) -> api.HealthOut:
+        return api.HealthOut(ok=True, leader=s.loop.is_leader)
+
+    @app.get("/metrics", response_class=Response)
+    def metrics(s: Srv) -> Response:
+        return Response(s.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.post("/v1/agents/register", response_model=proto.RegisterReply)
+    def register(
+        body: proto.RegisterRequest, request: Request, s: Srv, authorization: Annotated[str | None, Header()] = None
+    ) -> proto.RegisterReply:
+        if body.protocol != proto.PROTOCOL_VERSION:
+            raise InputError(f"protocol {body.protocol} is not spoken here (1 is)", source="body.protocol")
+        address = request.client.host if request.client is not None else ""
+        return s.gateway.register(body, bearer(authorization), address)
+
+    @app.post("/v1/agents/{host}/heartbeat", response_model=proto.HeartbeatReply)
+    def heartbeat(
+        host: str, body: proto.HeartbeatRequest, s: Srv, authorization: Annotated[str | None, Header()] = None
+    ) -> proto.HeartbeatReply:
+        s.gateway.check_node(host, bearer(authorization))
+        return s.gateway.heartbeat(host, body)
+
+    @app.post("/v1/agents/{host}/reports", status_code=204, response_class=Response)
+    def reports(
+        host: str, body: proto.ReportRequest, s: Srv, authorization: Annotated[str | None, Header()] = None
+    ) -> Response:
+        s.gateway.check_node(host, bearer(authorization))
+        s.gateway.report(host, body.workloads)
+        return Response(status_code=204)
+
+    return app

@@ -1,0 +1,65 @@
+"""Wire models <-> domain values for the REST API (pure functions)."""
+
+from __future__ import annotations
+
+from gpupool.domain.jobs import (
+    GpuShare,
+    JobSpec,
+    PriorityClass,
+    Scaling,
+    Scope,
+    TopologyMode,
+    TopologyRequirement,
+)
+from gpupool.schemas.api import JobOut, JobSubmit
+from gpupool.store import JobRecord
+
+
+def to_spec(body: JobSubmit, job_id: str, tenant: str, now_s: float) -> JobSpec:
+    """A JobSpec from a submission; the spec's own checks raise JobSpecError (a 422) for what pydantic cannot see."""
+    return JobSpec(
+        job_id=job_id,
+        submit_time_s=now_s,
+        tasks=body.tasks,
+        gpus_per_task=body.gpus_per_task,
+        name=body.name,
+        tenant=tenant,
+        pool=body.pool,
+        priority=PriorityClass[body.priority.upper()],
+        cpu_millicores=body.cpu_millicores,
+        memory_mib=body.memory_mib,
+        share=None if body.share is None else GpuShare(body.share.milli_gpu, body.share.memory_mib),
+        gpu_models=tuple(body.gpu_models),
+        node_selector=tuple(sorted(body.node_selector.items())),
+        topology=TopologyRequirement(Scope(body.topology.scope), TopologyMode(body.topology.mode)),
+        rail_aligned=body.rail_aligned,
+        preemptible=body.preemptible,
+        estimated_runtime_s=body.estimated_runtime_s,
+        deadline_s=body.deadline_s,
+        min_tasks=body.min_tasks,
+        scaling=Scaling(body.scaling),
+    )
+
+
+def job_out(r: JobRecord) -> JobOut:
+    s = r.spec
+    return JobOut(
+        id=s.job_id,
+        state=r.state.value,
+        version=r.version,
+        tenant=s.tenant,
+        pool=s.pool,
+        name=s.name,
+        priority=s.priority.name.lower(),
+        tasks=s.tasks,
+        gpus_per_task=s.gpus_per_task,
+        milli_gpu=None if s.share is None else s.share.milli_gpu,
+        preemptible=s.preemptible,
+        submit_time_s=s.submit_time_s,
+        deadline_s=s.deadline_s,
+        reason_code=r.reason_code,
+        reason=r.reason,
+        created_s=r.created_s,
+        updated_s=r.updated_s,
+        idempotency_key=r.idempotency_key,
+    )

@@ -1,0 +1,54 @@
+"""The server's parts, built once from the settings and passed to the routes: no module-level state."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpupool.scheduler import SchedulerConfig
+from gpupool.server.auth import Authenticator
+from gpupool.server.fabric_cache import FabricCache
+from gpupool.server.gateway import AgentGateway
+from gpupool.server.leader import LeaderLock
+from gpupool.server.loop import SchedulingLoop, SignalQueue
+from gpupool.server.metrics import ServerMetrics
+from gpupool.server.settings import Settings
+from gpupool.store import Store
+from gpupool.store.server_ops import ServerOps
+
+
+@dataclass(frozen=True, slots=True)
+class Server:
+    settings: Settings
+    store: Store
+    ops: ServerOps
+    fabrics: FabricCache
+    loop: SchedulingLoop
+    gateway: AgentGateway
+    auth: Authenticator
+    metrics: ServerMetrics
+    clock: Callable[[], float]
+
+    def close(self) -> None:
+        self.loop.stop()
+        self.store.close()
+
+
+def build_server(
+    settings: Settings, *, clock: Callable[[], float] = time.time, config: SchedulerConfig | None = None
+) -> Server:
+    """Open and migrate the store and wire the parts; the loop is started by the app's lifespan."""
+    store = Store(settings.url, clock=clock)
+    store.migrate()
+    ops = ServerOps(store)
+    ops.migrate()
+    fabrics = FabricCache(store, ops)
+    metrics = ServerMetrics(store, clock)
+    signals = SignalQueue()
+    loop = SchedulingLoop(
+        store, ops, fabrics, settings, metrics, signals, LeaderLock(settings.url), config=config, clock=clock
+    )
+    gateway = AgentGateway(store, ops, fabrics, settings, signals, loop.wake, clock)
+    auth = Authenticator(store, settings.admin_token, settings.auth_cache_s, clock)
+    return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock)

@@ -1,0 +1,190 @@
+"""The agent gateway: the server side of the agent protocol v1 (register, heartbeat with commands, reports).
+
+Commands are derived, not queued: on each heartbeat the node's stored assignments (the ranks of its placed
+and running jobs) are compared with what the agent says it runs. A placed rank it does not run gets a launch
+(the agent launches an assignment id at most once, so a repeat after a server restart is harmless); a rank
+it runs that is no longer assigned to it (cancelled, preempted, or requeued while the node was lost) gets a
+stop. So a restarted server, a standby taking over, or a node coming back all converge without a queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import zlib
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+from gpupool.domain.errors import GpupoolError, StaleVersionError
+from gpupool.domain.events import HealthGrade
+from gpupool.domain.states import JobState
+from gpupool.domain.workload import workload_env
+from gpupool.fabric.export.nccl import nccl_ib_hca
+from gpupool.schemas.agent import (
+    Command,
+    HeartbeatReply,
+    HeartbeatRequest,
+    LaunchCommand,
+    RegisterReply,
+    RegisterRequest,
+    StopCommand,
+    WorkloadStatus,
+)
+from gpupool.server.fabric_cache import FabricCache
+from gpupool.server.loop import SignalQueue
+from gpupool.server.settings import Settings
+from gpupool.store import Store
+from gpupool.store.server_ops import Assignment, ServerOps
+
+log = logging.getLogger("gpupool.server.gateway")
+_GRADE = {"ok": HealthGrade.OK, "degraded": HealthGrade.DEGRADED, "bad": HealthGrade.BAD}
+_LIVE = (JobState.PLACED, JobState.RUNNING)
+
+
+class AuthError(GpupoolError):
+    code = "UNAUTHENTICATED"
+
+
+class AgentGateway:
+    def __init__(
+        self,
+        store: Store,
+        ops: ServerOps,
+        fabrics: FabricCache,
+        settings: Settings,
+        signals: SignalQueue,
+        wake: Callable[[], None],
+        clock: Callable[[], float],
+    ) -> None:
+        self._store, self._ops, self._fabrics = store, ops, fabrics
+        self._settings, self._signals, self._wake, self._clock = settings, signals, wake, clock
+        self._lock = threading.Lock()
+        # Ranks seen started / exited cleanly, per job: a gang is running when every rank started, finished
+        # when every rank exited 0. Process-local: agents repeat their workloads' states on every beat.
+        self._started: dict[str, set[int]] = defaultdict(set)
+        self._done: dict[str, set[int]] = defaultdict(set)
+
+    # -- register ----------------------------------------------------------------------------------------------
+    def register(self, req: RegisterRequest, join_token: str, address: str) -> RegisterReply:
+        if not self._store.check_join_token(join_token):
+            raise AuthError("the join token is unknown, revoked or expired")
+        actor = f"agent:{req.host}"
+        model = req.gpus[0].model if req.gpus else ""
+        self._store.upsert_node(req.host, gpu_model=model, gpu_count=len(req.gpus), actor=actor)
+        token = self._ops.register_agent(
+            req.host, agent_url=req.agent_url, address=address, inventory=req.model_dump(mode="json"), actor=actor
+        )
+        self._store.heartbeat(req.host, actor=actor)
+        self._wake()
+        now = self._clock()
+        return RegisterReply(
+            node_token=token, heartbeat_interval_s=self._settings.heartbeat_interval_s, server_time_s=now
+        )
+
+    def check_node(self, host: str, token: str) -> None:
+        if not self._ops.check_node_token(host, token):
+            raise AuthError(f"not a valid node token for {host}")
+
+    # -- heartbeat ---------------------------------------------------------------------------------------------
+    def heartbeat(self, host: str, req: HeartbeatRequest) -> HeartbeatReply:
+        actor = f"agent:{host}"
+        before = self._store.get_node(host)
+        grades = [_GRADE[g.health] for g in sorted(req.gpus, key=lambda g: g.index)]
+        # A partial sample (fewer GPUs than registered) says nothing about the missing ones: keep the stored grades.
+        health = grades if req.gpus and len(grades) == before.gpu_count else None
+        node = self._store.heartbeat(host, health=health, actor=actor)
+        if node.state is not before.state:
+            self._wake()
+        self._apply(host, req.workloads)
+        desired = {a.assignment_id: a for a in self._ops.assignments(host)}
+        reported = {w.assignment_id: w for w in req.workloads}
+        commands: list[Command] = []
+        for aid, a in desired.items():
+            if aid not in reported and a.state is JobState.PLACED:
+                try:
+                    commands.append(self._launch(a))
+                except GpupoolError as e:
+                    log.warning("cannot build the launch of %s: %s", aid, e)
+        for aid, w in reported.items():
+            if w.state in ("starting", "running") and aid not in desired:
+                commands.append(StopCommand(assignment_id=aid, reason="no longer assigned to this node"))
+        commands.extend(self._signals.take(host))
+        return HeartbeatReply(
+            commands=tuple(commands),
+            heartbeat_interval_s=self._settings.heartbeat_interval_s,
+            server_time_s=self._clock(),
+        )
+
+    def report(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:
+        self._apply(host, workloads)
+
+    # -- workload states -> job states -------------------------------------------------------------------------
+    def _apply(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:
+        for w in workloads:
+            ranks = {a.assignment_id: a for a in self._ops.job_assignments(w.job_id)}
+            a = ranks.get(w.assignment_id)
+            if a is None or a.host != host or a.state not in _LIVE:
+                continue  # a stale assignment: its stop command goes out with the reply
+            for _ in range(3):
+                try:
+                    self._fold(a, len(ranks), w, f"agent:{host}")
+                    break
+                except StaleVersionError:
+                    continue
+                except GpupoolError as e:
+                    log.info("report for %s not applied: %s", w.assignment_id, e)
+                    break
+
+    def _fold(self, a: Assignment, world: int, w: WorkloadStatus, actor: str) -> None:
+        job = self._store.get_job(a.job_id)
+        if job.state not in _LIVE:
+            return
+        changed = False
+        with self._lock:
+            if w.state in ("starting", "running"):
+                self._started[a.job_id].add(a.rank)
+                all_started = len(self._started[a.job_id]) >= world and w.state == "running"
+            else:
+                all_started = False
+                if w.state == "exited" and w.exit_code == 0:
+                    self._started[a.job_id].add(a.rank)
+                    self._done[a.job_id].add(a.rank)
+            all_done = len(self._done[a.job_id]) >= world
+        if job.state is JobState.PLACED and (all_started or all_done):
+            job = self._store.transition_job(a.job_id, job.version, JobState.RUNNING, "every rank started", actor)
+            changed = True
+        if w.state == "exited" and w.exit_code != 0:
+            why = f"rank {a.rank} on {a.host} exited with {w.exit_code}"
+            self._store.transition_job(a.job_id, job.version, JobState.FAILED, why, actor)
+            changed = True
+        elif w.state == "lost":
+            why = f"rank {a.rank} on {a.host} was lost by its agent"
+            self._store.transition_job(a.job_id, job.version, JobState.FAILED, why, actor)
+            changed = True
+        elif all_done and job.state is JobState.RUNNING:
+            self._store.transition_job(a.job_id, job.version, JobState.FINISHED, "every rank exited 0", actor)
+            changed = True
+        if changed:
+            if self._store.get_job(a.job_id).state not in _LIVE:
+                with self._lock:
+                    self._started.pop(a.job_id, None)
+                    self._done.pop(a.job_id, None)
+            self._wake()
+
+    # -- launch commands ---------------------------------------------------------------------------------------
+    def _launch(self, a: Assignment) -> LaunchCommand:
+        ranks = sorted(self._ops.job_assignments(a.job_id), key=lambda r: r.rank)
+        command = self._ops.command(a.job_id)
+        master = self._ops.agent(ranks[0].host).address or ranks[0].host
+        local = [r.rank for r in ranks if r.host == a.host].index(a.rank)
+        fabric, _ = self._fabrics.current()
+        try:
+            hca = "" if fabric is None else nccl_ib_hca(fabric, a.host, a.gpus)
+        except ValueError:
+            hca = ""  # no HCA known for these GPUs: let NCCL pick
+        port = self._settings.master_port_base + zlib.crc32(a.job_id.encode()) % 10_000
+        env = dict(command.env)
+        env.update(
+            workload_env(a.job_id, a.rank, len(ranks), local, a.gpus, hca, master, port, self._settings.socket_ifname)
+        )
+        return LaunchCommand(assignment_id=a.assignment_id, job_id=a.job_id, argv=command.argv, env=env, gpus=a.gpus)

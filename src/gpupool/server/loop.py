@@ -1,0 +1,352 @@
+"""The scheduling loop: sync from the store, snapshot, ``schedule()``, then assume -> persist -> actuate.
+
+One background thread owns the ``ClusterState`` (it is not thread-safe). Request handlers on any replica only
+write the store and wake the loop; each cycle the leader reads the live jobs' (id, state, version) and folds
+what changed into its state, so submissions and reports reaching a standby are seen too. A placement is
+applied to the state first (the next decision sees it at once), then written in one short transaction; a
+refused write marks the state dirty and the next cycle rebuilds it from the store. Agents learn of new work
+on their next heartbeat (the gateway compares what they run with the stored assignments), so no network
+call is made here and none while a transaction is open.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpupool.cluster import ClusterState
+from gpupool.domain.errors import GpupoolError
+from gpupool.domain.events import (
+    JobCancelled,
+    JobFinished,
+    JobPlaced,
+    JobPreempted,
+    JobStarted,
+    JobSubmitted,
+    NodeDrained,
+    NodeLost,
+    NodeRestored,
+)
+from gpupool.domain.jobs import MILLI_PER_GPU, Allocation
+from gpupool.domain.states import JobState, NodeState
+from gpupool.scheduler import SchedulerConfig, ScheduleRequest, schedule
+from gpupool.schemas.agent import SignalCommand
+from gpupool.server.fabric_cache import FabricCache
+from gpupool.server.leader import LeaderLock
+from gpupool.server.metrics import ServerMetrics
+from gpupool.server.settings import Settings
+from gpupool.store import Store
+from gpupool.store.server_ops import ServerOps
+
+log = logging.getLogger("gpupool.server.loop")
+ACTOR = "scheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class CycleReport:
+    placed: int
+    preempted: int
+    waiting: int
+    rebuilt: bool
+    seconds: float
+
+
+class SignalQueue:
+    """Checkpoint signals waiting for their node's next heartbeat (the only commands not derived from the store)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_host: dict[str, list[SignalCommand]] = defaultdict(list)
+
+    def put(self, host: str, command: SignalCommand) -> None:
+        with self._lock:
+            self._by_host[host].append(command)
+
+    def take(self, host: str) -> list[SignalCommand]:
+        with self._lock:
+            return self._by_host.pop(host, [])
+
+
+class SchedulingLoop:
+    def __init__(
+        self,
+        store: Store,
+        ops: ServerOps,
+        fabrics: FabricCache,
+        settings: Settings,
+        metrics: ServerMetrics,
+        signals: SignalQueue,
+        leader: LeaderLock,
+        *,
+        config: SchedulerConfig | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store, self._ops, self._fabrics = store, ops, fabrics
+        self._settings, self._metrics, self._signals, self._leader = settings, metrics, signals, leader
+        self._config = config or SchedulerConfig()
+        self._clock = clock
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._state: ClusterState | None = None
+        self._key: tuple[object, ...] | None = None
+        self._dirty = True
+        self._db_state: dict[str, JobState] = {}
+        self._versions: dict[str, int] = {}
+        self._reasons: dict[str, tuple[str, str]] = {}
+        self.cycles = 0
+
+    # -- thread ------------------------------------------------------------------------------------------------
+    def wake(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="gpupool-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._leader.release()
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leader.held
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            leader = self._leader.hold()
+            self._metrics.leader.set(1 if leader else 0)
+            if not leader:
+                self._state = None
+                self._stop.wait(self._settings.leader_retry_s)
+                continue
+            try:
+                self.run_cycle()
+            except Exception:  # the loop must outlive one bad cycle; the next one rebuilds from the store
+                log.exception("scheduling cycle failed")
+                self._dirty = True
+            self._stop.wait(self._settings.schedule_min_gap_s)
+            self._wake.wait(self._settings.schedule_period_s)
+            self._wake.clear()
+
+    # -- one cycle ---------------------------------------------------------------------------------------------
+    def run_cycle(self) -> CycleReport:
+        started = time.perf_counter()
+        self._mark_lost_nodes()
+        fabric, key = self._fabrics.current()
+        rebuilt = False
+        if fabric is None:
+            self._state = None
+            return CycleReport(0, 0, 0, False, time.perf_counter() - started)
+        if self._state is None or self._dirty or key != self._key or not self._sync():
+            self._rebuild(key)
+            rebuilt = True
+        state = self._state
+        assert state is not None
+        now = self._clock()
+        snap = state.snapshot()
+        pending = tuple(j for j in snap.pending if self._db_state.get(j.job_id) is JobState.PENDING)
+        result = schedule(ScheduleRequest(snap, pending, now, self._config))
+        placed = preempted = 0
+        for p in result.preemptions:
+            preempted += self._preempt(state, p.job_id, f"{p.reason.value}: {p.message}", now)
+        for alloc in result.placements:
+            placed += self._place(state, alloc, now)
+        for sig in result.signals:
+            running = state.snapshot().running.get(sig.job_id)
+            if running is None:
+                continue
+            for a in self._ops.job_assignments(sig.job_id):
+                self._signals.put(a.host, SignalCommand(assignment_id=a.assignment_id))
+        reasons = {w.job_id: (w.reason.value, w.message) for w in result.waiting}
+        changed = {j: r for j, r in reasons.items() if self._reasons.get(j) != r}
+        self._ops.set_reasons(changed)
+        self._reasons = reasons
+        seconds = time.perf_counter() - started
+        self._observe(state, seconds, placed, preempted)
+        self.cycles += 1
+        return CycleReport(placed, preempted, len(result.waiting), rebuilt, seconds)
+
+    def _place(self, state: ClusterState, alloc: Allocation, now: float) -> int:
+        job_id = alloc.job_id
+        try:
+            state.apply(JobPlaced(alloc, now))  # assume
+        except GpupoolError as e:
+            log.warning("placement of %s refused by the cluster state: %s", job_id, e)
+            self._dirty = True
+            return 0
+        try:
+            rec = self._store.record_allocation(job_id, self._versions[job_id], alloc, ACTOR)  # persist
+        except (GpupoolError, KeyError) as e:
+            log.warning("placement of %s not stored (%s): rebuilding from the store", job_id, e)
+            self._dirty = True  # roll the assumption back by rebuilding the state from what is stored
+            return 0
+        self._versions[job_id] = rec.version
+        self._db_state[job_id] = JobState.PLACED
+        self._reasons.pop(job_id, None)
+        return 1
+
+    def _preempt(self, state: ClusterState, job_id: str, reason: str, now: float) -> int:
+        try:
+            state.apply(JobPreempted(job_id, now, reason))
+            rec = self._store.release_allocation(job_id, self._versions[job_id], ACTOR, reason=reason)
+        except (GpupoolError, KeyError) as e:
+            log.warning("preemption of %s failed (%s): rebuilding from the store", job_id, e)
+            self._dirty = True
+            return 0
+        self._versions[job_id] = rec.version
+        self._db_state[job_id] = JobState.PENDING
+        return 1
+
+    # -- node loss ---------------------------------------------------------------------------------------------
+    def _mark_lost_nodes(self) -> None:
+        now = self._clock()
+        for n in self._store.list_nodes():
+            if n.state is NodeState.LOST or n.last_heartbeat_s is None:
+                continue
+            if now - n.last_heartbeat_s <= self._settings.node_lost_after_s:
+                continue
+            try:
+                self._store.transition_node(n.name, NodeState.LOST, "no heartbeat", ACTOR, expected_version=n.version)
+            except GpupoolError:
+                continue  # it beat again meanwhile, or another writer moved it
+            log.warning("node %s lost: last heartbeat %.1f s ago", n.name, now - n.last_heartbeat_s)
+            self.requeue_host(n.name, "its node was lost")
+            self._dirty = True
+
+    def requeue_host(self, host: str, reason: str) -> None:
+        """Every job holding GPUs on ``host`` goes back to the queue, whole gang."""
+        for job_id in sorted({a.job_id for a in self._ops.assignments(host)}):
+            for _ in range(3):
+                try:
+                    rec = self._store.get_job(job_id)
+                    if rec.state in (JobState.PLACED, JobState.RUNNING):
+                        self._store.release_allocation(job_id, rec.version, ACTOR, reason=reason)
+                    break
+                except GpupoolError:
+                    continue
+
+    # -- state from the store ----------------------------------------------------------------------------------
+    def _rebuild(self, key: tuple[object, ...]) -> None:
+        fabric, key = self._fabrics.current()
+        assert fabric is not None
+        loaded = self._store.load_state()
+        state = ClusterState(fabric)
+        for job in loaded.jobs:
+            state.apply(JobSubmitted(job.spec, job.created_s))
+        by_job = {j.job_id: j for j in loaded.jobs}
+        for alloc in loaded.allocations:
+            rec = by_job.get(alloc.job_id)
+            if rec is None:
+                continue
+            try:
+                state.apply(JobPlaced(alloc, rec.updated_s))
+                if rec.state is JobState.RUNNING:
+                    state.apply(JobStarted(alloc.job_id, rec.updated_s))
+            except GpupoolError as e:
+                log.warning("stored allocation of %s does not fit the fabric: %s", alloc.job_id, e)
+        nodes = {n.name: n for n in loaded.nodes}
+        for host in fabric.hosts:
+            n = nodes.get(host.name)
+            if n is None or n.state is NodeState.LOST:
+                state.apply(NodeLost(host.name, 0.0))
+            elif n.state is NodeState.DRAINED:
+                state.apply(NodeDrained(host.name, 0.0))
+        self._state = state
+        self._key = key
+        self._db_state = {j.job_id: j.state for j in loaded.jobs}
+        self._versions = {j.job_id: j.version for j in loaded.jobs}
+        self._dirty = False
+
+    def _sync(self) -> bool:
+        """Fold changes other writers made into the state; False when only a rebuild can explain them."""
+        state = self._state
+        assert state is not None
+        live = {j.job_id: j for j in self._ops.live_jobs()}
+        new = [j for j, lj in live.items() if j not in self._db_state and lj.state is JobState.PENDING]
+        if any(j not in self._db_state and lj.state is not JobState.PENDING for j, lj in live.items()):
+            return False
+        now = self._clock()
+        try:
+            for rec in self._ops.specs(new):
+                state.apply(JobSubmitted(rec.spec, rec.created_s))
+            for job_id, old in list(self._db_state.items()):
+                lj = live.get(job_id)
+                if lj is None:
+                    self._end(state, job_id, old, now)
+                    del self._db_state[job_id]
+                    self._versions.pop(job_id, None)
+                    continue
+                if lj.state is not old:
+                    if old is JobState.PLACED and lj.state is JobState.RUNNING:
+                        state.apply(JobStarted(job_id, now))
+                    elif old in (JobState.PLACED, JobState.RUNNING) and lj.state is JobState.PENDING:
+                        state.apply(JobPreempted(job_id, now, "requeued"))
+                    else:
+                        return False
+            for job_id in new:
+                self._db_state[job_id] = JobState.PENDING
+            for job_id, lj in live.items():
+                self._db_state[job_id] = lj.state
+                self._versions[job_id] = lj.version
+            self._sync_nodes(state, now)
+        except GpupoolError as e:
+            log.info("state sync needs a rebuild: %s", e)
+            return False
+        return True
+
+    @staticmethod
+    def _end(state: ClusterState, job_id: str, old: JobState, now: float) -> None:
+        if old is JobState.PENDING:
+            state.apply(JobCancelled(job_id, now))
+        else:
+            state.apply(JobFinished(job_id, now, succeeded=old is JobState.RUNNING))
+
+    def _sync_nodes(self, state: ClusterState, now: float) -> None:
+        fabric = state.index.fabric
+        for n in self._store.list_nodes():
+            if not fabric.has_host(n.name):
+                continue
+            mem = state.node_state(n.name)
+            if mem is n.state:
+                continue
+            if n.state is NodeState.DRAINED and mem is NodeState.UP:
+                state.apply(NodeDrained(n.name, now))
+            elif n.state is NodeState.UP:
+                state.apply(NodeRestored(n.name, now))
+            else:
+                raise GpupoolError(f"node {n.name}: {mem.value} here, {n.state.value} in the store")
+
+    # -- metrics -----------------------------------------------------------------------------------------------
+    def _observe(self, state: ClusterState, seconds: float, placed: int, preempted: int) -> None:
+        m = self._metrics
+        m.cycle_seconds.observe(seconds)
+        m.placements.inc(placed)
+        m.preemptions.inc(preempted)
+        snap = state.snapshot()
+        depth: dict[tuple[str, str], int] = defaultdict(int)
+        for j in snap.pending:
+            depth[(j.pool, j.priority.name.lower())] += 1
+        m.set_queue(depth)
+        node_pool = {n.name: dict(n.labels).get("pool", "default") for n in self._store.list_nodes()}
+        ix = snap.index
+        gpus: dict[tuple[str, str], tuple[float, int]] = {}
+        for h, host in enumerate(ix.fabric.hosts):
+            if not host.gpus:
+                continue
+            key = (node_pool.get(host.name, "default"), host.gpus[0].model)
+            used = snap.gpu_used_milli[h, : len(host.gpus)]
+            allocated = float(used.sum()) / MILLI_PER_GPU
+            free = int(np.count_nonzero(used == 0)) if snap.node_state[h] == 0 else 0
+            a, f = gpus.get(key, (0.0, 0))
+            gpus[key] = (a + allocated, f + free)
+        m.set_gpus(gpus)

@@ -1,0 +1,371 @@
+"""REST API v1 routes for tenants and operators: jobs, nodes, fabric, pools, tenants, quotas, tokens, usage.
+
+Each handler authenticates, checks the principal may act, calls one store use case (one short transaction)
+and wakes the scheduling loop when the queue changed. A tenant sees only its own jobs: another tenant's job
+is a 404, exactly like a job that does not exist, so ids leak nothing.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Annotated, Any, Literal
+
+import httpx
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+
+from gpupool.domain.errors import GpupoolError, InputError, NotFoundError
+from gpupool.domain.sharing import Quota
+from gpupool.domain.states import JobState
+from gpupool.fabric import jsonio
+from gpupool.schemas import api
+from gpupool.server.auth import actor
+from gpupool.server.convert import job_out, to_spec
+from gpupool.server.core import Server
+from gpupool.store import JobRecord, Principal
+from gpupool.store.server_ops import assignment_id
+
+router = APIRouter(prefix="/v1")
+
+
+class ForbiddenError(GpupoolError):
+    code = "FORBIDDEN"
+
+
+def server(request: Request) -> Server:
+    srv: Server = request.app.state.server
+    return srv
+
+
+Srv = Annotated[Server, Depends(server)]
+
+
+def principal(srv: Srv, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    return srv.auth.principal(authorization)
+
+
+Who = Annotated[Principal, Depends(principal)]
+
+
+def admin(who: Who) -> Principal:
+    if not who.admin:
+        raise ForbiddenError("this needs an admin token")
+    return who
+
+
+Admin = Annotated[Principal, Depends(admin)]
+
+
+def _own_job(srv: Server, who: Principal, job_id: str) -> JobRecord:
+    rec = srv.store.get_job(job_id)
+    if not who.admin and rec.spec.tenant != who.tenant:
+        raise NotFoundError(f"job {job_id!r} is not stored")
+    return rec
+
+
+# -- jobs ------------------------------------------------------------------------------------------------------
+@router.post("/jobs", response_model=api.SubmitOut, status_code=201)
+def submit_job(
+    body: api.JobSubmit,
+    srv: Srv,
+    who: Who,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=256)] = None,
+) -> api.SubmitOut:
+    if who.admin:
+        if body.tenant is None:
+            raise InputError("an admin submits on behalf of a tenant: give 'tenant'", source="body.tenant")
+        tenant = body.tenant
+    else:
+        if body.tenant is not None and body.tenant != who.tenant:
+            raise InputError("a tenant token submits for its own tenant only", source="body.tenant")
+        assert who.tenant is not None
+        tenant = who.tenant
+    now = srv.clock()
+    job_id = f"j-{int(now * 1000):x}-{secrets.token_hex(4)}"
+    spec = to_spec(body, job_id, tenant, now)
+    key = idempotency_key or body.idempotency_key
+    rec, created = srv.ops.submit(spec, body.command, body.env, key, actor(who))
+    if created:
+        srv.metrics.submits.inc()
+        srv.loop.wake()
+    else:
+        response.status_code = 200
+    return api.SubmitOut(job=job_out(rec), created=created)
+
+
+@router.get("/jobs", response_model=api.JobList)
+def list_jobs(
+    srv: Srv,
+    who: Who,
+    state: api.StateName | None = None,
+    pool: Annotated[str | None, Query(max_length=128)] = None,
+    tenant: Annotated[str | None, Query(max_length=128)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    after: Annotated[str | None, Query(max_length=128)] = None,
+) -> api.JobList:
+    if not who.admin:
+        tenant = who.tenant  # a tenant lists its own jobs, whatever it asks for
+    if after is not None:
+        _own_job(srv, who, after)
+    jobs = srv.store.list_jobs(
+        tenant=tenant, state=None if state is None else JobState(state), pool=pool, limit=limit, after=after
+    )
+    return api.JobList(jobs=[job_out(j) for j in jobs], next_after=jobs[-1].job_id if len(jobs) == limit else None)
+
+
+@router.get("/jobs/{job_id}", response_model=api.JobOut)
+def get_job(job_id: str, srv: Srv, who: Who) -> api.JobOut:
+    return job_out(_own_job(srv, who, job_id))
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=api.JobOut)
+def cancel_job(job_id: str, srv: Srv, who: Who) -> api.JobOut:
+    for _ in range(5):
+        rec = _own_job(srv, who, job_id)
+        try:
+            if rec.state is JobState.PLACED:
+                # Placed -> cancelled is not an edge: it goes back to the queue, then out of it.
+                rec = srv.store.release_allocation(job_id, rec.version, actor(who), reason="cancel requested")
+            if rec.state in (JobState.PENDING, JobState.RUNNING):
+                rec = srv.store.transition_job(job_id, rec.version, JobState.CANCELLED, "cancelled", actor(who))
+            srv.loop.wake()
+            return job_out(rec)
+        except GpupoolError as e:
+            if getattr(e, "code", "") != "STALE_VERSION":
+                raise
+    return job_out(_own_job(srv, who, job_id))
+
+
+@router.get("/jobs/{job_id}/events", response_model=api.EventList)
+def job_events(job_id: str, srv: Srv, who: Who) -> api.EventList:
+    _own_job(srv, who, job_id)
+    events = srv.store.list_audit(subject=f"job/{job_id}", limit=10_000)
+    return api.EventList(
+        events=[api.EventOut(id=e.id, at_s=e.at_s, actor=e.actor, action=e.action, data=e.data) for e in events]
+    )
+
+
+@router.get("/jobs/{job_id}/why", response_model=api.WhyOut)
+def why_pending(job_id: str, srv: Srv, who: Who) -> api.WhyOut:
+    rec = _own_job(srv, who, job_id)
+    deadline = None
+    if rec.spec.deadline_s is not None and rec.state is JobState.PENDING:
+        deadline = "infeasible" if rec.reason_code == "deadline_infeasible" else "admitted"
+    return api.WhyOut(
+        id=job_id, state=rec.state.value, reason_code=rec.reason_code, reason=rec.reason, deadline=deadline
+    )
+
+
+def _placement_of(srv: Server, job_id: str, rank: int) -> tuple[str, str]:
+    """(assignment id, host) of ``rank``'s latest placement, from the live allocation or the audit log.
+
+    Every job state change bumps the version by one and writes one audit event, and a placement's number is
+    the version it creates: counting the job's state events recovers it after the allocation is gone.
+    """
+    for a in srv.ops.job_assignments(job_id):
+        if a.rank == rank:
+            return a.assignment_id, a.host
+    version, found = 1, None
+    for e in srv.store.list_audit(subject=f"job/{job_id}", limit=100_000):
+        if e.action.startswith("job.") and e.action != "job.submitted":
+            version += 1
+            tasks = e.data.get("tasks") if e.action == "job.placed" else None
+            if isinstance(tasks, list) and 0 <= rank < len(tasks):
+                found = (assignment_id(job_id, version, rank), str(tasks[rank]["host"]))
+    if found is None:
+        raise NotFoundError(f"job {job_id} has no rank {rank} that was ever placed")
+    return found
+
+
+@router.get("/jobs/{job_id}/logs", response_model=api.LogsOut, responses={502: {"model": api.ErrorOut}})
+def job_logs(
+    job_id: str,
+    srv: Srv,
+    who: Who,
+    stream: Literal["stdout", "stderr"] = "stdout",
+    tail: Annotated[int, Query(ge=1, le=100_000)] = 200,
+    rank: Annotated[int, Query(ge=0, le=4096)] = 0,
+) -> api.LogsOut:
+    _own_job(srv, who, job_id)
+    aid, host = _placement_of(srv, job_id, rank)
+    agent = srv.ops.agent(host)
+    if not agent.agent_url:
+        raise AgentUnreachableError(f"node {host} serves no logs (its agent gave no URL)")
+    try:  # no transaction is open here: the reads above are done
+        r = httpx.get(f"{agent.agent_url}/logs/{aid}", params={"stream": stream, "tail": tail}, timeout=5.0)
+    except httpx.HTTPError as e:
+        raise AgentUnreachableError(f"the agent of {host} did not answer: {type(e).__name__}") from None
+    if r.status_code == 404:
+        raise NotFoundError(f"the agent of {host} has no {stream} for {aid}")
+    if r.status_code != 200:
+        raise AgentUnreachableError(f"the agent of {host} answered {r.status_code}")
+    return api.LogsOut(job_id=job_id, rank=rank, stream=stream, text=r.text)
+
+
+class AgentUnreachableError(GpupoolError):
+    code = "AGENT_UNREACHABLE"
+
+
+# -- nodes and fabric ------------------------------------------------------------------------------------------
+@router.get("/nodes", response_model=api.NodeList)
+def list_nodes(srv: Srv, who: Who) -> api.NodeList:
+    agents = {a.host: a for a in srv.ops.agents()}
+    now = srv.clock()
+    out = []
+    for n in srv.store.list_nodes():
+        a = agents.get(n.name)
+        inv: dict[str, Any] = a.inventory if a is not None else {}
+        grades = [g.name.lower() for g in n.health]
+        gpus = [
+            api.GpuOut(
+                index=int(g["index"]),
+                model=str(g.get("model", "")),
+                memory_mib=int(g.get("memory_mib", 0)),
+                health=grades[int(g["index"])] if int(g["index"]) < len(grades) else "unknown",
+            )
+            for g in inv.get("gpus", [])
+        ]
+        hcas = [
+            api.HcaOut(name=str(h.get("name", "")), guid=str(h.get("guid", "")), rate_gbps=float(h.get("rate_gbps", 0)))
+            for h in inv.get("hcas", [])
+        ]
+        age = None if n.last_heartbeat_s is None else max(0.0, now - n.last_heartbeat_s)
+        out.append(
+            api.NodeOut(
+                name=n.name,
+                state=n.state.value,
+                gpu_model=n.gpu_model,
+                gpu_count=n.gpu_count,
+                labels=dict(n.labels),
+                gpus=gpus,
+                hcas=hcas,
+                last_heartbeat_s=n.last_heartbeat_s,
+                heartbeat_age_s=age,
+                agent_url=a.agent_url if a is not None else "",
+            )
+        )
+    return api.NodeList(nodes=out)
+
+
+@router.post("/nodes/{name}/drain", response_model=api.NodeList)
+def drain_node(name: str, srv: Srv, who: Admin, body: api.DrainIn | None = None) -> api.NodeList:
+    srv.store.drain_node(name, (body or api.DrainIn()).reason, actor(who))
+    srv.loop.wake()
+    return list_nodes(srv, who)
+
+
+@router.post("/nodes/{name}/undrain", response_model=api.NodeList)
+def undrain_node(name: str, srv: Srv, who: Admin) -> api.NodeList:
+    srv.store.undrain_node(name, actor(who))
+    srv.loop.wake()
+    return list_nodes(srv, who)
+
+
+@router.get("/fabric", response_model=api.FabricOut, responses={404: {"model": api.ErrorOut}})
+def get_fabric(srv: Srv, who: Who) -> api.FabricOut:
+    fabric, _ = srv.fabrics.current()
+    if fabric is None:
+        raise NotFoundError("no fabric: none imported and no agent registered")
+    stored = srv.store.get_fabric()
+    return api.FabricOut(version=0 if stored is None else stored.version, document=jsonio.to_dict(fabric))
+
+
+@router.put("/fabric", response_model=api.FabricOut)
+def put_fabric(document: dict[str, Any], srv: Srv, who: Admin) -> api.FabricOut:
+    fabric = jsonio.from_dict(document, source="request body")
+    version = srv.store.put_fabric(fabric, actor(who))
+    srv.loop.wake()
+    return api.FabricOut(version=version, document=jsonio.to_dict(fabric))
+
+
+# -- pools, tenants, quotas, tokens ------------------------------------------------------------------------------
+@router.get("/pools", response_model=api.PoolList)
+def list_pools(srv: Srv, who: Who) -> api.PoolList:
+    pools = srv.store.list_pools()
+    return api.PoolList(
+        pools=[api.PoolOut(name=p.name, calendar_toml=p.calendar_toml, version=p.version) for p in pools]
+    )
+
+
+@router.put("/pools/{name}", response_model=api.PoolOut)
+def put_pool(name: str, body: api.PoolIn, srv: Srv, who: Admin) -> api.PoolOut:
+    p = srv.store.put_pool(name, body.calendar_toml, actor(who), expected_version=body.expected_version)
+    srv.loop.wake()
+    return api.PoolOut(name=p.name, calendar_toml=p.calendar_toml, version=p.version)
+
+
+@router.get("/tenants", response_model=api.TenantList)
+def list_tenants(srv: Srv, who: Who) -> api.TenantList:
+    rows = [t for t in srv.store.list_tenants() if who.admin or t.name == who.tenant]
+    return api.TenantList(tenants=[api.TenantOut(name=t.name, weight=t.weight) for t in rows])
+
+
+@router.post("/tenants", response_model=api.TenantOut, status_code=201)
+def create_tenant(body: api.TenantIn, srv: Srv, who: Admin) -> api.TenantOut:
+    t = srv.store.create_tenant(body.name, actor(who), weight=body.weight)
+    return api.TenantOut(name=t.name, weight=t.weight)
+
+
+@router.get("/tenants/{tenant}/quotas", response_model=api.QuotaList)
+def list_quotas(tenant: str, srv: Srv, who: Who) -> api.QuotaList:
+    if not who.admin and tenant != who.tenant:
+        raise NotFoundError(f"tenant {tenant!r} is not stored")
+    return api.QuotaList(quotas=[_quota_out(q) for q in srv.store.list_quotas(tenant)])
+
+
+@router.put("/tenants/{tenant}/quotas", response_model=api.QuotaOut)
+def set_quota(tenant: str, body: api.QuotaIn, srv: Srv, who: Admin) -> api.QuotaOut:
+    q = Quota(
+        tenant=tenant,
+        pool=body.pool,
+        nominal_gpus=body.nominal_gpus,
+        borrowing_limit_gpus=body.borrowing_limit_gpus,
+        lending_limit_gpus=body.lending_limit_gpus,
+        cohort=body.cohort,
+        gpu_model=body.gpu_model,
+    )
+    srv.store.set_quota(q, actor(who))
+    srv.loop.wake()
+    return _quota_out(q)
+
+
+def _quota_out(q: Quota) -> api.QuotaOut:
+    return api.QuotaOut(
+        tenant=q.tenant,
+        pool=q.pool,
+        gpu_model=q.gpu_model,
+        nominal_gpus=q.nominal_gpus,
+        borrowing_limit_gpus=q.borrowing_limit_gpus,
+        lending_limit_gpus=q.lending_limit_gpus,
+        cohort=q.cohort,
+    )
+
+
+@router.post("/tokens", response_model=api.TokenOut, status_code=201)
+def create_token(body: api.TokenIn, srv: Srv, who: Admin) -> api.TokenOut:
+    return api.TokenOut(token=srv.store.create_token(body.tenant, actor(who), admin=body.admin))
+
+
+@router.post("/join-tokens", response_model=api.TokenOut, status_code=201)
+def create_join_token(body: api.JoinTokenIn, srv: Srv, who: Admin) -> api.TokenOut:
+    return api.TokenOut(token=srv.store.create_join_token(actor(who), ttl_s=body.ttl_s))
+
+
+# -- usage -----------------------------------------------------------------------------------------------------
+@router.get("/usage", response_model=api.UsageOut)
+def usage(
+    srv: Srv,
+    who: Who,
+    from_s: Annotated[float | None, Query(alias="from", ge=0, le=1e12)] = None,
+    to_s: Annotated[float | None, Query(alias="to", ge=0, le=1e12)] = None,
+) -> api.UsageOut:
+    to = srv.clock() if to_s is None else to_s
+    start = max(0.0, to - 86_400.0) if from_s is None else from_s
+    rows = [u for u in srv.store.usage(start, to) if who.admin or u.tenant == who.tenant]
+    return api.UsageOut(
+        from_s=start,
+        to_s=to,
+        usage=[
+            api.UsageRow(tenant=u.tenant, gpu_model=u.gpu_model, pool=u.pool, gpu_seconds=u.gpu_seconds) for u in rows
+        ],
+    )

@@ -1,0 +1,82 @@
+"""Server settings: built once in the entry point from an optional YAML file and ``GPUPOOL_*`` variables.
+
+The environment wins over the file, so a deployment can keep one file and override per replica. The admin
+token is a secret: it is compared, never stored or logged, and ``repr`` hides it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpupool.domain.errors import ParseError
+from gpupool.store import default_url
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    data_dir: str = "./gpupool-data"
+    database_url: str = ""  # "" -> SQLite file in data_dir
+    host: str = "127.0.0.1"
+    port: int = 8765
+    admin_token: str = field(default="", repr=False)
+    heartbeat_interval_s: float = 5.0
+    node_lost_after_s: float = 30.0
+    schedule_period_s: float = 2.0  # the loop runs at least this often
+    schedule_min_gap_s: float = 0.05  # and at most this often, however many events wake it
+    leader_retry_s: float = 1.0  # how often a standby tries to take the leader lock
+    auth_cache_s: float = 10.0  # a revoked token may be honoured this long after revocation
+    socket_ifname: str = ""  # NCCL_SOCKET_IFNAME for workloads ("" = let NCCL choose)
+    master_port_base: int = 29500
+    log_level: str = "info"
+
+    @property
+    def url(self) -> str:
+        return self.database_url or default_url(self.data_dir)
+
+
+def _coerce(name: str, raw: Any, kind: type, source: str, line: int | None) -> Any:
+    try:
+        if kind is bool:
+            return str(raw).lower() in ("1", "true", "yes")
+        return kind(raw)
+    except (TypeError, ValueError):
+        raise ParseError(
+            f"setting {name!r}: {raw!r} is not a valid {kind.__name__}", source=source, line=line
+        ) from None
+
+
+def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from ``path`` (YAML mapping, optional) then ``GPUPOOL_<NAME>`` variables of ``env``."""
+    env = os.environ if env is None else env
+    kinds = {f.name: type(getattr(Settings(), f.name)) for f in fields(Settings)}
+    values: dict[str, Any] = {}
+    if path is not None:
+        source = str(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as e:
+            raise ParseError(f"cannot read settings: {e.strerror}", source=source) from None
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            raise ParseError(f"not YAML: {e}", source=source, line=None if mark is None else mark.line + 1) from None
+        if not isinstance(data, dict):
+            raise ParseError("settings must be a mapping of names to values", source=source, line=1)
+        lines = text.splitlines()
+        for key, raw in data.items():
+            line = next((i + 1 for i, t in enumerate(lines) if t.lstrip().startswith(f"{key}:")), None)
+            if key not in kinds:
+                raise ParseError(f"unknown setting {key!r}", source=source, line=line)
+            values[key] = _coerce(key, raw, kinds[key], source, line)
+    for name, kind in kinds.items():
+        raw = env.get(f"GPUPOOL_{name.upper()}")
+        if raw is not None:
+            values[name] = _coerce(name, raw, kind, f"GPUPOOL_{name.upper()}", None)
+    return replace(Settings(), **values)

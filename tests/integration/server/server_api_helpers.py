@@ -1,0 +1,86 @@
+"""Helpers of the server tests: a hand clock, the PostgreSQL probe, and ``Api`` (the real app behind httpx)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.engine import make_url
+
+from gpupool.server.app import create_app
+from gpupool.server.core import Server
+from gpupool.server.settings import Settings
+
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+ADMIN = "admin-secret-for-tests-0123456789"
+
+
+class Clock:
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def pg_base_url() -> str | None:
+    url = os.environ.get("GPUPOOL_TEST_POSTGRES_URL", DEFAULT_PG)
+    libpq = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        psycopg.connect(libpq, connect_timeout=2).close()
+    except psycopg.Error as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but PostgreSQL does not answer at {url}: {e}")
+        return None
+    return url
+
+
+@dataclass
+class Api:
+    client: TestClient
+    srv: Server
+    clock: Clock
+
+    def admin(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {ADMIN}"}
+
+    def tenant(self, name: str) -> dict[str, str]:
+        """Create a tenant (if new) and a token for it; the Authorization header of that token."""
+        if name not in {t["name"] for t in self.client.get("/v1/tenants", headers=self.admin()).json()["tenants"]}:
+            assert self.client.post("/v1/tenants", json={"name": name}, headers=self.admin()).status_code == 201
+        r = self.client.post("/v1/tokens", json={"tenant": name}, headers=self.admin())
+        assert r.status_code == 201, r.text
+        return {"Authorization": f"Bearer {r.json()['token']}"}
+
+    def register(self, host: str, gpus: int = 8, hcas: int = 2) -> dict[str, str]:
+        join = self.client.post("/v1/join-tokens", json={}, headers=self.admin()).json()["token"]
+        body = {
+            "host": host,
+            "agent_url": "",
+            "cpu_millicores": 64_000,
+            "memory_mib": 512_000,
+            "gpus": [{"index": i, "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559} for i in range(gpus)],
+            "hcas": [{"name": f"mlx5_{i}", "rate_gbps": 400.0} for i in range(hcas)],
+        }
+        r = self.client.post("/v1/agents/register", json=body, headers={"Authorization": f"Bearer {join}"})
+        assert r.status_code == 200, r.text
+        return {"Authorization": f"Bearer {r.json()['node_token']}"}
+
+    def beat(self, host: str, node: dict[str, str], workloads: list[dict[str, Any]] | None = None) -> list[Any]:
+        body = {"seq": 1, "at_s": self.clock.t, "workloads": workloads or []}
+        r = self.client.post(f"/v1/agents/{host}/heartbeat", json=body, headers=node)
+        assert r.status_code == 200, r.text
+        return list(r.json()["commands"])
+
+
+def make_api(url: str, tmp_path: Path, clock: Clock) -> Iterator[Api]:
+    settings = Settings(data_dir=str(tmp_path), database_url=url, admin_token=ADMIN, node_lost_after_s=30.0)
+    app = create_app(settings, clock=clock, run_loop=False)
+    with TestClient(app) as client:
+        yield Api(client, app.state.server, clock)

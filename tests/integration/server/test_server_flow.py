@@ -1,0 +1,127 @@
+"""The whole path through the real app: submit, schedule, launch on heartbeat, run, finish; on both backends."""
+
+from __future__ import annotations
+
+from server_api_helpers import Api
+
+JOB = {"command": ["python", "-c", "print('hi')"], "tasks": 1, "gpus_per_task": 2}
+
+
+def status(cmd: dict, state: str, code: int | None = None, at: float = 0.0) -> dict:
+    return {
+        "assignment_id": cmd["assignment_id"],
+        "job_id": cmd["job_id"],
+        "state": state,
+        "exit_code": code,
+        "at_s": at,
+    }
+
+
+def test_a_job_is_placed_launched_with_its_env_and_finishes(api: Api) -> None:
+    alice = api.tenant("alice")
+    node = api.register("gpu-01")
+    r = api.client.post("/v1/jobs", json=JOB, headers=alice)
+    assert r.status_code == 201, r.text
+    job_id = r.json()["job"]["id"]
+    assert r.json()["job"]["state"] == "pending"
+    report = api.srv.loop.run_cycle()
+    assert report.placed == 1
+    assert api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "placed"
+    (launch,) = api.beat("gpu-01", node)
+    assert launch["kind"] == "launch" and launch["argv"] == JOB["command"]
+    env = launch["env"]
+    assert env["GPUPOOL_JOB_ID"] == job_id and env["WORLD_SIZE"] == "1" and env["RANK"] == "0"
+    assert env["CUDA_VISIBLE_DEVICES"] == ",".join(str(g) for g in launch["gpus"]) and len(launch["gpus"]) == 2
+    assert env["NCCL_IB_HCA"].startswith("=mlx5_")
+    assert env["MASTER_ADDR"] == "testclient"  # the address the agent registered from
+    # The agent runs it: no second launch while it reports the assignment.
+    assert api.beat("gpu-01", node, [status(launch, "running")]) == []
+    assert api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "running"
+    assert api.beat("gpu-01", node, [status(launch, "exited", 0)]) == []
+    assert api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "finished"
+    actions = [e["action"] for e in api.client.get(f"/v1/jobs/{job_id}/events", headers=alice).json()["events"]]
+    assert actions == ["job.submitted", "job.placed", "job.running", "job.finished"]
+
+
+def test_a_failing_rank_fails_the_job(api: Api) -> None:
+    alice = api.tenant("alice")
+    node = api.register("gpu-01")
+    job_id = api.client.post("/v1/jobs", json=JOB, headers=alice).json()["job"]["id"]
+    api.srv.loop.run_cycle()
+    (launch,) = api.beat("gpu-01", node)
+    api.beat("gpu-01", node, [status(launch, "exited", 3)])
+    job = api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()
+    assert job["state"] == "failed"
+
+
+def test_cancel_of_a_running_job_stops_it_on_the_next_heartbeat(api: Api) -> None:
+    alice = api.tenant("alice")
+    node = api.register("gpu-01")
+    job_id = api.client.post("/v1/jobs", json=JOB, headers=alice).json()["job"]["id"]
+    api.srv.loop.run_cycle()
+    (launch,) = api.beat("gpu-01", node)
+    api.beat("gpu-01", node, [status(launch, "running")])
+    r = api.client.post(f"/v1/jobs/{job_id}/cancel", headers=alice)
+    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    (stop,) = api.beat("gpu-01", node, [status(launch, "running")])
+    assert stop["kind"] == "stop" and stop["assignment_id"] == launch["assignment_id"]
+
+
+def test_a_gang_spans_nodes_with_one_master(api: Api) -> None:
+    alice = api.tenant("alice")
+    nodes = {h: api.register(h, gpus=4) for h in ("gpu-01", "gpu-02")}
+    body = {**JOB, "tasks": 2, "gpus_per_task": 4}
+    job_id = api.client.post("/v1/jobs", json=body, headers=alice).json()["job"]["id"]
+    assert api.srv.loop.run_cycle().placed == 1
+    launches = [c for h, n in nodes.items() for c in api.beat(h, n)]
+    assert sorted(c["env"]["RANK"] for c in launches) == ["0", "1"]
+    assert {c["env"]["WORLD_SIZE"] for c in launches} == {"2"}
+    assert len({c["env"]["MASTER_PORT"] for c in launches}) == 1
+    assert {c["env"]["LOCAL_RANK"] for c in launches} == {"0"}
+    assert api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "placed"
+
+
+def test_a_lost_node_requeues_its_gang_and_stops_the_stale_rank_when_it_returns(api: Api) -> None:
+    alice = api.tenant("alice")
+    n1 = api.register("gpu-01", gpus=4)
+    n2 = api.register("gpu-02", gpus=4)
+    body = {**JOB, "tasks": 2, "gpus_per_task": 4}
+    job_id = api.client.post("/v1/jobs", json=body, headers=alice).json()["job"]["id"]
+    api.srv.loop.run_cycle()
+    (l1,) = api.beat("gpu-01", n1)
+    (l2,) = api.beat("gpu-02", n2)
+    api.beat("gpu-01", n1, [status(l1, "running")])
+    api.beat("gpu-02", n2, [status(l2, "running")])
+    assert api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "running"
+    api.clock.t += 20
+    api.beat("gpu-02", n2, [status(l2, "running")])
+    api.clock.t += 20  # gpu-01 silent for 40 s > 30 s
+    api.srv.loop.run_cycle()
+    nodes = {n["name"]: n["state"] for n in api.client.get("/v1/nodes", headers=alice).json()["nodes"]}
+    assert nodes == {"gpu-01": "lost", "gpu-02": "up"}
+    # The whole gang went back to the queue; gpu-02's rank is stopped although its node is fine.
+    (stop,) = api.beat("gpu-02", n2, [status(l2, "running")])
+    assert stop["kind"] == "stop" and stop["assignment_id"] == l2["assignment_id"]
+    # gpu-01 comes back still running its old rank: it is stopped, never counted twice.
+    cmds = api.beat("gpu-01", n1, [status(l1, "running")])
+    assert [c["kind"] for c in cmds] == ["stop"] and cmds[0]["assignment_id"] == l1["assignment_id"]
+    assert api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "pending"
+    # Placed again, under a new assignment id.
+    assert api.srv.loop.run_cycle().placed == 1
+    relaunch = [c for c in api.beat("gpu-01", n1) if c["kind"] == "launch"]
+    assert relaunch and relaunch[0]["assignment_id"] not in (l1["assignment_id"], l2["assignment_id"])
+
+
+def test_a_drained_node_gets_no_new_work(api: Api) -> None:
+    alice = api.tenant("alice")
+    api.register("gpu-01")
+    assert (
+        api.client.post("/v1/nodes/gpu-01/drain", json={"reason": "maintenance"}, headers=api.admin()).status_code
+        == 200
+    )
+    job_id = api.client.post("/v1/jobs", json=JOB, headers=alice).json()["job"]["id"]
+    assert api.srv.loop.run_cycle().placed == 0
+    why = api.client.get(f"/v1/jobs/{job_id}/why", headers=alice).json()
+    assert why["state"] == "pending" and why["reason_code"] != "" and why["reason"] != ""
+    api.client.post("/v1/nodes/gpu-01/undrain", headers=api.admin())
+    assert api.srv.loop.run_cycle().placed == 1
