@@ -87,3 +87,21 @@ def test_pack_json(tmp_path: Path) -> None:
     assert doc["total_gpus"] == 30
     assert {"100", "130"} <= set(doc["alloc_ratio_at"])
     assert doc["unallocated_gpus_at_130"] >= 0
+
+
+def test_sharing_options_reach_the_run_and_a_bad_calendar_names_its_line(tmp_path: Path) -> None:
+    trace = itp(tmp_path)
+    cal = tmp_path / "cal.toml"
+    cal.write_text('timezone = "UTC"\ndefault_pool = "default"\n\n[[pool]]\nname = "inference"\nhosts = ["node001"]\n'
+                   'share = 1.0\nshare_outside = 0.0\nwindows = [{ days = "mon-sun", start = "08:00", end = "20:00" }]\n')  # fmt: skip
+    base = ("sim", "run", "--trace", trace, "--format", "itp", "--gpus", "16", "--policy", "fifo",
+            "--placement", "topology", "--out", "out")  # fmt: skip
+    r = gpupool(*base, "--preemption", "--backfill", "easy", "--calendar", cal, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    m = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert m["finished"] == 30
+    cal.write_text(cal.read_text().replace("share = 1.0", "share = 2.0"))
+    r = gpupool(*base, "--calendar", cal, cwd=tmp_path)
+    assert r.returncode == 2 and "cal.toml:7" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = gpupool(*base, "--backfill", "sometimes", cwd=tmp_path)
+    assert r.returncode == 2 and "sometimes" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -11,11 +11,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from gpupool.domain.calendar import parse_calendar
 from gpupool.domain.errors import InputError
-from gpupool.scheduler import PLACERS, POLICIES
+from gpupool.scheduler import PLACERS, POLICIES, BackfillMode
 from gpupool.sim.pack import pack as run_pack
 from gpupool.sim.report import write_allocation_plot
 from gpupool.sim.runner import RunOutcome, cluster_fabric, compare_rows, simulate, write_outcome
+from gpupool.sim.sharing import SharingOptions
 from gpupool.sim.traces import load_trace
 from gpupool.sim.traces.openb import load_openb
 
@@ -36,6 +38,27 @@ SkipOpt = Annotated[bool, typer.Option("--skip-bad-rows", help="Count and report
 PreemptOpt = Annotated[bool, typer.Option("--preemption", help="Let the scheduler preempt (preemptible jobs).")]
 KnowOpt = Annotated[bool, typer.Option("--know-durations", help="Give the scheduler the trace durations.")]
 LimitOpt = Annotated[int | None, typer.Option("--limit", help="Read only the first N good rows.")]
+BackfillOpt = Annotated[str, typer.Option("--backfill", help="Backfill: none|easy|conservative.")]
+CalendarOpt = Annotated[Path | None, typer.Option("--calendar", help="Pool calendar TOML (pools lend idle hosts).")]
+DeadlineOpt = Annotated[
+    bool, typer.Option("--deadline-admission", help="Refuse deadline jobs that cannot finish in time.")
+]
+
+
+def _sharing(preemption: bool, backfill: str, calendar: Path | None, deadline_admission: bool) -> SharingOptions:
+    modes = {m.value: m for m in BackfillMode}
+    if backfill not in modes:
+        raise InputError(f"unknown backfill {backfill!r}; known: {', '.join(modes)}", source="--backfill")
+    cal = None
+    if calendar is not None:
+        try:
+            text = calendar.read_text()
+        except OSError as e:
+            raise InputError(f"cannot read the calendar: {e.strerror}", source=str(calendar)) from None
+        cal = parse_calendar(text, str(calendar))
+    return SharingOptions(
+        preemption=preemption, backfill=modes[backfill], calendar=cal, deadline_admission=deadline_admission
+    )
 
 
 def _check_names(policies: list[str], placements: list[str]) -> None:
@@ -48,12 +71,12 @@ def _check_names(policies: list[str], placements: list[str]) -> None:
 
 
 def _simulate(
-    trace_obj: Any, fabric: Any, policy: str, placement: str, preemption: bool, seed: int, know: bool
+    trace_obj: Any, fabric: Any, policy: str, placement: str, sharing: SharingOptions, seed: int, know: bool
 ) -> RunOutcome:
     n = len(trace_obj.jobs)
     if n < LONG_RUN_JOBS:
         return simulate(
-            trace_obj, fabric, policy=policy, placement=placement, preemption=preemption, seed=seed, know_durations=know
+            trace_obj, fabric, policy=policy, placement=placement, sharing=sharing, seed=seed, know_durations=know
         )
     columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=_err, transient=True) as bar:
@@ -63,7 +86,7 @@ def _simulate(
             fabric,
             policy=policy,
             placement=placement,
-            preemption=preemption,
+            sharing=sharing,
             seed=seed,
             know_durations=know,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
@@ -85,14 +108,19 @@ def run_cmd(
     skip_bad_rows: SkipOpt = False,
     know_durations: KnowOpt = False,
     limit: LimitOpt = None,
+    backfill: BackfillOpt = "none",
+    calendar: CalendarOpt = None,
+    deadline_admission: DeadlineOpt = False,
 ) -> None:
     """Replay a trace: arrivals, runs, departures; writes metrics.json, jobs.csv, report.md and plots."""
     _check_names([policy], [placement])
+    sharing = _sharing(preemption, backfill, calendar, deadline_admission)
     t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
     fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
-    outcome = _simulate(t, fab, policy, placement, preemption, seed, know_durations)
+    outcome = _simulate(t, fab, policy, placement, sharing, seed, know_durations)
     settings = {"trace": str(trace), "format": format, "fabric": fab.name, "gpus": fab.gpu_count, "policy": policy,
-                "placement": placement, "preemption": preemption, "seed": seed, "know_durations": know_durations}  # fmt: skip
+                "placement": placement, "preemption": preemption, "backfill": backfill, "calendar": str(calendar or ""),
+                "deadline_admission": deadline_admission, "seed": seed, "know_durations": know_durations}  # fmt: skip
     write_outcome(outcome, out, settings)
     if t.bad_rows:
         _err.print(
@@ -120,6 +148,9 @@ def compare_cmd(
     skip_bad_rows: SkipOpt = False,
     know_durations: KnowOpt = False,
     limit: LimitOpt = None,
+    backfill: BackfillOpt = "none",
+    calendar: CalendarOpt = None,
+    deadline_admission: DeadlineOpt = False,
 ) -> None:
     """Run every policy x placement on one trace and cluster; one sub-folder per pair and compare.json."""
     pols = [p.strip() for p in policies.split(",") if p.strip()]
@@ -127,12 +158,13 @@ def compare_cmd(
     if not pols or not places:
         raise InputError("--policies and --placements need at least one name each", source="compare")
     _check_names(pols, places)
+    sharing = _sharing(preemption, backfill, calendar, deadline_admission)
     t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
     fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
     outcomes = []
     for p in pols:
         for q in places:
-            o = _simulate(t, fab, p, q, preemption, seed, know_durations)
+            o = _simulate(t, fab, p, q, sharing, seed, know_durations)
             settings = {
                 "trace": str(trace),
                 "format": format,

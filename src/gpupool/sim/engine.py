@@ -6,7 +6,13 @@ then, if any of them can change a decision (an arrival, a completion, a failure,
 cycle runs at that instant, so a burst of simultaneous arrivals costs one cycle. With
 ``min_cycle_interval_s`` cycles are further bounded to one per interval. The scheduler's preemptions are
 applied before its placements: a preempted job pays the restart overhead and loses the work since its last
-checkpoint, and goes back to the queue. Placements start after the launch latency. A job's runtime at its
+checkpoint, and goes back to the queue. Placements start after the launch latency.
+
+With a ``SharingPolicy`` (quotas, pools and their calendar, preemption, backfill, deadlines) the request
+carries it. A CHECKPOINT signal makes the job checkpoint at once (``JobCheckpointed``: nothing before it is
+lost) and wakes a cycle at the signal's preemption time; a calendar wakes a cycle at each window boundary.
+While preemption is on, every running job checkpoints every ``checkpoint_interval_s`` into the state too,
+so the scheduler's victim search sees the work each preemption would throw away. A job's runtime at its
 placement comes from the runtime model. Randomness (failures, telemetry noise) comes from one NumPy
 Generator built from the seed, so a run is deterministic for a seed.
 """
@@ -17,7 +23,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,6 +32,7 @@ from gpupool.domain.errors import InputError
 from gpupool.domain.events import (
     GpuHealthChanged,
     HealthGrade,
+    JobCheckpointed,
     JobFinished,
     JobPlaced,
     JobPreempted,
@@ -42,12 +49,14 @@ from gpupool.domain.jobs import Allocation
 from gpupool.domain.states import NodeState
 from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.model import Domain, Tier
-from gpupool.scheduler import SchedulerConfig, ScheduleRequest, schedule
+from gpupool.scheduler import SchedulerConfig, ScheduleRequest, SharingPolicy, SignalKind, schedule
 from gpupool.sim.runtime import TierBandwidth
 from gpupool.sim.world import JobRecord, SimJob, Tracker, WorldConfig
 
 # Event kinds, in the order they are handled within one instant (ties broken by sequence number after kind).
-_START, _FINISH, _FAIL_GPU, _FAIL_LINK, _FAIL_HOST, _REPAIR, _TELEMETRY, _CYCLE = range(8)
+_START, _FINISH, _FAIL_GPU, _FAIL_LINK, _FAIL_HOST, _REPAIR, _TELEMETRY, _CHECKPOINT, _WAKE, _CYCLE = range(10)
+_MAX_ROUNDS = 4  # cycles at one instant: the first, and follow-ups while they preempt
+_MAX_IDLE_WAKES = 16  # calendar wake-ups in a row with nothing running (8 days of two boundaries)
 Progress = Callable[[int, int], None]
 
 
@@ -64,13 +73,10 @@ class SimResult:
     stopped_early: bool  # jobs were left waiting that nothing could ever place
 
 
-def scheduler_config(policy: str, placer: str, *, seed: int, preemption: bool, **extra: object) -> SchedulerConfig:
-    """The scheduler's config for a run. ``preemption`` reaches the scheduler once it has such a switch
-    (issue 4); extra keyword fields are passed only where the config declares them."""
-    cfg = SchedulerConfig(policy=policy, placer=placer, seed=seed)
-    known = set(SchedulerConfig.__dataclass_fields__)
-    wanted = {"preemption": preemption, **extra}
-    return replace(cfg, **{k: v for k, v in wanted.items() if k in known})  # type: ignore[arg-type]
+def scheduler_config(policy: str, placer: str, *, seed: int) -> SchedulerConfig:
+    """The scheduler's config for a run. Preemption, backfill, pools and deadlines are not config fields:
+    they travel as the request's ``SharingPolicy`` (``gpupool.sim.sharing.sharing_policy``)."""
+    return SchedulerConfig(policy=policy, placer=placer, seed=seed)
 
 
 class Engine:
@@ -85,10 +91,17 @@ class Engine:
         *,
         seed: int = 0,
         progress: Progress | None = None,
+        sharing: SharingPolicy | None = None,
     ) -> None:
         self.fabric = fabric
         self.config = config
+        self.sharing = sharing
+        self.wakes_due = 0  # signal wake-ups still in the heap: the run is not over while one is due
+        self.calendar_wake = math.inf  # the calendar boundary a wake-up is queued for
+        self.idle_wakes = 0  # cycles in a row with nothing running
         self.world = world or WorldConfig()
+        ckpt = self.world.checkpoint_interval_s
+        self.checkpoint_every = ckpt if sharing is not None and sharing.preemption.enabled and ckpt > 0 else 0.0
         self.rng = np.random.default_rng(seed)
         self.progress = progress
         self.state = ClusterState(fabric)
@@ -149,7 +162,9 @@ class Engine:
                 self._maybe_cycle(t)
             if self.progress is not None and self.events % 2000 == 0:
                 self.progress(self.finished, n)
-            if nxt >= n and self.running == 0 and self.repairs_due == 0 and not self.cycle_queued:
+            idle = self.running == 0 and self.repairs_due == 0 and self.wakes_due == 0
+            idle = idle and self.calendar_wake == math.inf
+            if nxt >= n and idle and not self.cycle_queued:
                 stopped = bool(self.pending)
                 break
         if self.progress is not None:
@@ -177,7 +192,22 @@ class Engine:
             if tr.first_start is None:
                 tr.first_start = t
             self.push(t + tr.remaining_s * tr.factor, _FINISH, key, epoch)
+            if self.checkpoint_every > 0:
+                self.push(t + self.checkpoint_every, _CHECKPOINT, key, epoch)
             return False
+        if kind == _CHECKPOINT:
+            tr = self.track[key]
+            if tr.epoch != epoch or tr.end is not None:
+                return False
+            self.state.apply(JobCheckpointed(key, t))
+            self.push(t + self.checkpoint_every, _CHECKPOINT, key, epoch)
+            return False
+        if kind == _WAKE:
+            if key:
+                self.wakes_due -= 1
+            elif t == self.calendar_wake:
+                self.calendar_wake = math.inf
+            return True
         if kind == _FINISH:
             tr = self.track[key]
             if tr.epoch != epoch:
@@ -208,18 +238,52 @@ class Engine:
                 self.push(self.last_cycle + gap, _CYCLE)
             return
         self.last_cycle = t
-        if not self.pending:
-            return
+        # Kueue's model: a preemptor is placed in the cycle after its victims are gone, so a cycle that
+        # preempted is followed at once by another (bounded: each round needs new victims to go on).
+        # With sharing a cycle runs even with an empty queue: pool windows reclaim lent hosts by themselves.
+        for _ in range(_MAX_ROUNDS):
+            if (not self.pending and self.sharing is None) or not self._cycle(t):
+                break
+        cal = self.sharing.calendar if self.sharing is not None else None
+        # A job may wait for a window with nothing running; a queue that a week of windows did not move
+        # never will, so the wake-ups stop there and the run ends as stuck.
+        self.idle_wakes = 0 if self.running else self.idle_wakes + 1
+        if cal is not None and (self.pending or self.running) and self.idle_wakes <= _MAX_IDLE_WAKES:
+            nxt = cal.next_change_s(t)
+            if nxt is not None and nxt < self.calendar_wake:
+                self.calendar_wake = nxt
+                self.push(nxt, _WAKE)
+
+    def _cycle(self, t: float) -> bool:
+        """One scheduling cycle at ``t``; whether it preempted anything."""
         self.cycles += 1
         pending = tuple(self.track[j].job.spec for j in self.pending)
-        result = schedule(ScheduleRequest(self.state.snapshot(), pending, t, self.config))
+        result = schedule(ScheduleRequest(self.state.snapshot(), pending, t, self.config, self.sharing))
+        for s in result.signals:
+            if s.kind is SignalKind.CHECKPOINT and self.state.job_state(s.job_id) is not None:
+                self._signalled(s.job_id, t, s.preempt_at_s)
+        preempted = False
         for p in result.preemptions:
             if p.job_id in self.track and self.state.job_state(p.job_id) is not None:
                 self.state.apply(JobPreempted(p.job_id, t, p.reason.value))
                 self._requeue(p.job_id, t)
+                preempted = True
         for alloc in result.placements:
             self._place(alloc, t)
         self.queue_len.append((t, len(self.pending)))
+        return preempted
+
+    def _signalled(self, key: str, t: float, preempt_at_s: float) -> None:
+        """A CHECKPOINT signal: the job saves its progress now (once per signal) and a cycle wakes when its
+        grace ends, so the preemption happens on time even if nothing else happens then."""
+        tr = self.track[key]
+        if tr.run_start is None or tr.signalled_for == preempt_at_s:
+            return
+        tr.signalled_for = preempt_at_s
+        tr.saved_at = t
+        self.state.apply(JobCheckpointed(key, t))
+        self.wakes_due += 1
+        self.push(max(preempt_at_s, t), _WAKE, key)
 
     # ------------------------------------------------------------------ job lifecycle
 
@@ -257,9 +321,12 @@ class Engine:
             elapsed = t - tr.run_start
             ckpt = self.world.checkpoint_interval_s
             saved = elapsed if ckpt <= 0 else math.floor(elapsed / ckpt) * ckpt
+            if tr.saved_at is not None:
+                saved = max(saved, tr.saved_at - tr.run_start)
             tr.remaining_s = max(0.0, tr.remaining_s - saved / tr.factor)
             tr.lost_gpu_s += (elapsed - saved + self.world.restart_overhead_s) * tr.job.gpus
         tr.run_start = None
+        tr.saved_at = None
         tr.epoch += 1
         tr.preemptions += 1
         self._release(key, t)

@@ -14,6 +14,7 @@ from gpupool.sim.engine import Engine, Progress, SimResult, scheduler_config
 from gpupool.sim.fabrics import nodes_fabric, uniform_fabric
 from gpupool.sim.metrics import compute_metrics
 from gpupool.sim.report import write_run
+from gpupool.sim.sharing import SharingOptions, sharing_policy
 from gpupool.sim.traces.records import Trace
 from gpupool.sim.traces.specs import to_job_spec
 from gpupool.sim.world import SimJob, WorldConfig
@@ -68,11 +69,16 @@ def simulate(
     world: WorldConfig | None = None,
     know_durations: bool = False,
     progress: Progress | None = None,
+    sharing: SharingOptions | None = None,
 ) -> RunOutcome:
+    """One run. ``preemption`` is short for ``sharing=SharingOptions(preemption=True)``; with preemption
+    every job but inference services is preemptible."""
     world = world or WorldConfig()
-    jobs, skipped = sim_jobs(trace, fabric, know_durations=know_durations, preemptible=preemption)
-    cfg = scheduler_config(policy, placement, seed=seed, preemption=preemption)
-    result = Engine(fabric, jobs, cfg, world, seed=seed, progress=progress).run()
+    opts = sharing if sharing is not None else SharingOptions(preemption=preemption)
+    jobs, skipped = sim_jobs(trace, fabric, know_durations=know_durations, preemptible=opts.preemption)
+    cfg = scheduler_config(policy, placement, seed=seed)
+    policy_obj = sharing_policy(opts, world)
+    result = Engine(fabric, jobs, cfg, world, seed=seed, progress=progress, sharing=policy_obj).run()
     metrics = compute_metrics(result, inference_slo_wait_s=world.inference_slo_wait_s)
     metrics["skipped_jobs_without_gpus"] = skipped
     metrics["bad_rows_skipped"] = len(trace.bad_rows)

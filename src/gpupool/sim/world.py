@@ -102,6 +102,8 @@ class Tracker:
         "preemptions",
         "remaining_s",
         "run_start",
+        "saved_at",
+        "signalled_for",
     )
 
     def __init__(self, job: SimJob) -> None:
@@ -111,6 +113,8 @@ class Tracker:
         self.factor = 1.0
         self.first_start: float | None = None
         self.run_start: float | None = None  # when the current run's tasks started (after launch)
+        self.saved_at: float | None = None  # a checkpoint a signal asked for during the current run
+        self.signalled_for: float | None = None  # the preemption time of the last signal it checkpointed for
         self.end: float | None = None
         self.hosts: list[int] = []
         self.leaves = 0

@@ -39,7 +39,7 @@ def test_jobs_run_after_launch_latency_and_end_after_their_duration() -> None:
     res = Engine(
         fab,
         jobs(("a", 0.0, 100.0, 8), ("b", 0.0, 50.0, 8), ("c", 5.0, 10.0, 8)),
-        scheduler_config("fifo", "topology", seed=0, preemption=False),
+        scheduler_config("fifo", "topology", seed=0),
     ).run()
     r = {x.job_id: x for x in res.records}
     assert (r["a"].start_s, r["a"].end_s) == (10.0, 110.0)
@@ -53,9 +53,7 @@ def test_jobs_run_after_launch_latency_and_end_after_their_duration() -> None:
 def test_a_job_across_an_oversubscribed_spine_runs_slower() -> None:
     fab = leaf_spine(2, 1, 2, 8, oversubscription=2.0)  # 2 hosts and 1 uplink per leaf
     world = WorldConfig(launch_latency_s=0.0)
-    res = Engine(
-        fab, jobs(("big", 0.0, 1000.0, 24)), scheduler_config("fifo", "topology", seed=0, preemption=False), world
-    ).run()
+    res = Engine(fab, jobs(("big", 0.0, 1000.0, 24)), scheduler_config("fifo", "topology", seed=0), world).run()
     (rec,) = res.records
     assert rec.leaves == 2 and rec.hosts == 3
     # comm share 0.1 scaled by leaf/spine bandwidth (2x oversubscribed): 0.9 + 0.1 * 2
@@ -112,7 +110,7 @@ def test_a_job_that_can_never_fit_stops_the_run_instead_of_looping() -> None:
     res = Engine(
         uniform_fabric(8, 8),
         jobs(("ok", 0.0, 10.0, 8), ("huge", 0.0, 10.0, 9)),
-        scheduler_config("fifo", "topology", seed=0, preemption=False),
+        scheduler_config("fifo", "topology", seed=0),
     ).run()
     r = {x.job_id: x for x in res.records}
     assert r["ok"].end_s is not None and r["huge"].start_s is None

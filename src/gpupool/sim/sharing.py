@@ -1,0 +1,60 @@
+"""The simulator's sharing options mapped onto the scheduler's ``SharingPolicy``.
+
+A run without any of them sends ``sharing=None`` (the plain cycle). ``--preemption`` turns on the
+scheduler's preemption: a job may preempt ``preemptible`` jobs of a lower priority class, and reclaims
+(pools, quotas) signal a checkpoint first. A victim must have run at least ``min_runtime_s``: never less
+than the world's restart overhead, else a preemption could cost more than the run it interrupts. The world
+(``WorldConfig``) charges what a preemption costs (restart overhead, work since the last checkpoint).
+
+What the scheduler's preemption does not cover: Tiresias-style preemption by attained service (a job in a
+lower LAS queue than a running job taking its GPUs). Priority classes are fixed at submission and the
+trace's training jobs share one class, so ``las`` with ``--preemption`` preempts nothing on such traces;
+this module does not fake it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.domain.calendar import Calendar
+from gpupool.scheduler import BackfillMode, PreemptionConfig, SharingPolicy
+from gpupool.sim.world import WorldConfig
+
+
+@dataclass(frozen=True, slots=True)
+class SharingOptions:
+    preemption: bool = False
+    backfill: BackfillMode = BackfillMode.NONE
+    calendar: Calendar | None = None
+    lend_pools: bool = True  # with a calendar: jobs may borrow other pools' idle hosts
+    deadline_admission: bool = False  # refuse deadline jobs that cannot finish in time even if started now
+    default_runtime_s: float = 3600.0  # what backfill, deadlines and slack assume for a job without an estimate
+
+    @property
+    def any(self) -> bool:
+        return (
+            self.preemption
+            or self.backfill is not BackfillMode.NONE
+            or self.calendar is not None
+            or self.deadline_admission
+        )
+
+
+def sharing_policy(options: SharingOptions, world: WorldConfig) -> SharingPolicy | None:
+    """The request's sharing policy for a run with ``options`` in ``world``, or None for the plain cycle."""
+    if not options.any:
+        return None
+    base = PreemptionConfig()
+    pre = PreemptionConfig(
+        enabled=options.preemption,
+        min_runtime_s=max(base.min_runtime_s, world.restart_overhead_s),
+        grace_s=base.grace_s,
+    )
+    return SharingPolicy(
+        calendar=options.calendar,
+        lend_pools=options.lend_pools,
+        preemption=pre,
+        backfill=options.backfill,
+        default_runtime_s=options.default_runtime_s,
+        refuse_infeasible_deadlines=options.deadline_admission,
+    )
