@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.domain.errors import FabricError
+from gpupool.fabric._graph import UnionFind, nest
 from gpupool.fabric.model import Domain, Hca, Host, Link, Switch, Tier
 
 IntArray = npt.NDArray[np.int32]
@@ -24,30 +25,6 @@ FloatArray = npt.NDArray[np.float64]
 
 UNREACHABLE = 4  # "lowest common tier" of two hosts in different connected components
 _ORDINAL_RE = re.compile(r"(\d+)\s*$")
-
-
-class _UnionFind:
-    __slots__ = ("parent",)
-
-    def __init__(self, n: int) -> None:
-        self.parent = list(range(n))
-
-    def find(self, x: int) -> int:
-        parent = self.parent
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
-
-    def labels(self) -> list[int]:
-        """Dense component labels, numbered in order of first appearance."""
-        dense: dict[int, int] = {}
-        return [dense.setdefault(self.find(i), len(dense)) for i in range(len(self.parent))]
 
 
 _A = TypeVar("_A", bound=npt.NDArray[Any])
@@ -264,7 +241,7 @@ class Fabric:
         """
         leaf_list = [s for s, sw in enumerate(self.switches) if sw.tier == Tier.LEAF and s in self.leaf_hosts]
         pos = {s: i for i, s in enumerate(leaf_list)}
-        uf = _UnionFind(len(leaf_list))
+        uf = UnionFind(len(leaf_list))
         by_host: dict[int, list[int]] = defaultdict(list)
         for s in leaf_list:
             for h in self.leaf_hosts[s]:
@@ -319,7 +296,7 @@ class Fabric:
 
         # Switch components at and below each tier: leaves joined by spines give spine groups; all give core.
         def switch_components(max_tier: int) -> list[int]:
-            uf = _UnionFind(n_sw)
+            uf = UnionFind(n_sw)
             for s in range(n_sw):
                 if tiers[s] <= max_tier:
                     for t in adjacency[s]:
@@ -332,7 +309,7 @@ class Fabric:
 
         def host_labels(switch_label: Sequence[int], per_leaf: bool) -> IntArray:
             """Union hosts that share a label over their leaves; hosts without leaves stay alone."""
-            uf = _UnionFind(n + 1)
+            uf = UnionFind(n + 1)
             first: dict[int, int] = {}
             for h, leaves in enumerate(self.host_leaves):
                 for s in leaves:
@@ -358,9 +335,9 @@ class Fabric:
                 nvlink_ids[h] = len(self.hosts) + h  # its own island, never equal to a shared domain's id
         # An SU never crosses a spine group, nor a leaf an SU; enforce nesting so a set's smallest domain is
         # well defined even on irregular fabrics.
-        su_ids = self._nest(leaf_ids, su_ids)
-        spine_ids = self._nest(su_ids, spine_ids)
-        core_ids = self._nest(spine_ids, core_ids)
+        su_ids = nest(leaf_ids, su_ids)
+        spine_ids = nest(su_ids, spine_ids)
+        core_ids = nest(spine_ids, core_ids)
         self._domain_ids: IntArray = _readonly(np.stack([nvlink_ids, host_ids, leaf_ids, su_ids, spine_ids, core_ids]))
         self._tier_ids: IntArray = _readonly(np.stack([host_ids, leaf_ids, spine_ids, core_ids]))
 
@@ -401,20 +378,6 @@ class Fabric:
         self.host_core_factor: FloatArray = _readonly(core_f)
         self.hca_spine_factor: FloatArray = _readonly(hca_spine)
         self.hca_core_factor: FloatArray = _readonly(hca_core)
-
-    @staticmethod
-    def _nest(inner: IntArray, outer: IntArray) -> IntArray:
-        """Merge outer domains so that every inner domain lies inside exactly one outer domain."""
-        uf = _UnionFind(len(inner))
-        first_inner: dict[int, int] = {}
-        first_outer: dict[int, int] = {}
-        for h in range(len(inner)):
-            for table, key in ((first_inner, int(inner[h])), (first_outer, int(outer[h]))):
-                if key in table:
-                    uf.union(table[key], h)
-                else:
-                    table[key] = h
-        return np.asarray(uf.labels(), dtype=np.int32)
 
     # ---------------------------------------------------------------- lookups
 
