@@ -305,6 +305,10 @@ def whole_host_for(cap: Capacity, need: Need, n: int, how: HostOrder, cpu: int, 
         return int(cand[0])
     pen = cap.penalties
     free = cap.free_whole[cand]
+    if not pen.any and how is not HostOrder.LOOSE:
+        # Every penalty is zero: the sort below reduces to the fewest free GPUs, then the lowest index,
+        # which argmin gives (its first minimum) without sorting thousands of candidates.
+        return int(cand[int(np.argmin(free))])
     if how is HostOrder.LOOSE:
         keys: tuple[npt.NDArray[np.generic], ...] = (cand, pen.host[cand], -free)
     elif how is HostOrder.TIGHT:

@@ -52,8 +52,11 @@ class QuotaBook:
         for k, q in self.quotas.items():
             if q.cohort:
                 self._cohort.setdefault((q.cohort, q.pool, q.gpu_model), []).append(k)
+        usage = self.usage
         for r in running.values():
-            self.add(r.spec, r.gpu_milli)
+            # Most running jobs count against no quota; skip summing their allocations.
+            if any(k in usage for k in job_keys(r.spec)):
+                self.add(r.spec, r.gpu_milli)
 
     def add(self, job: JobSpec, milli: int) -> None:
         for k in job_keys(job):

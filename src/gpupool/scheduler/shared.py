@@ -37,7 +37,8 @@ from gpupool.scheduler.policies import get_policy, order
 from gpupool.scheduler.pools import PoolMap, pool_map
 from gpupool.scheduler.preemption import Candidate, candidate, find_victims
 from gpupool.scheduler.quotas import QuotaBook, job_keys
-from gpupool.scheduler.shapes import allocation, host_mask
+from gpupool.scheduler.refusals import Refusals
+from gpupool.scheduler.shapes import Shape, allocation, host_mask, shape
 from gpupool.scheduler.telemetry import penalties
 from gpupool.scheduler.types import (
     BackfillMode,
@@ -82,8 +83,14 @@ def _window_reclaims(
     demand_since = {d.pool: d.since_s for d in sh.pool_demand}
     pre: list[Preemption] = []
     sig: list[Signal] = []
-    for job_id in sorted(request.snapshot.running):
-        r = request.snapshot.running[job_id]
+    # Only jobs placed before some host changed owner can be on a changed host: most skip on one compare.
+    latest = float(pools.since.max()) if pools.since.size else -np.inf
+    changed_hosts = {cap.index.host_name(int(h)) for h in np.flatnonzero(np.isfinite(pools.since))}
+    running = request.snapshot.running
+    for job_id in sorted(running):
+        r = running[job_id]
+        if r.placed_at_s >= latest or not any(t.host in changed_hosts for t in r.allocation.tasks):
+            continue
         code = pools.code(r.spec.pool)
         changed = [h for h in _hosts(cap, r) if pools.owner[h] != code and pools.since[h] > r.placed_at_s]
         if not changed:
@@ -101,10 +108,26 @@ def _window_reclaims(
     return pre, sig
 
 
+class _Wide:
+    """A job's ``Need`` on its host mask alone (no pool, no reservations), made on first use."""
+
+    __slots__ = ("_need", "base", "cap", "job")
+
+    def __init__(self, job: JobSpec, cap: Capacity, base: BoolArray | None) -> None:
+        self.job, self.cap, self.base = job, cap, base
+        self._need: Need | None = None
+
+    @property
+    def need(self) -> Need:
+        if self._need is None:
+            self._need = make_need(self.job, self.cap, self.base)
+        return self._need
+
+
 class _Cycle:
     """State of one sharing cycle; ``run`` is the whole of it."""
 
-    def __init__(self, request: ScheduleRequest, sh: SharingPolicy) -> None:
+    def __init__(self, request: ScheduleRequest, sh: SharingPolicy, *, remember: bool = True) -> None:
         self.request, self.sh, self.now = request, sh, request.now_s
         cfg, snap = request.config, request.snapshot
         self.policy = get_policy(cfg.policy)
@@ -124,6 +147,11 @@ class _Cycle:
         self.preemptors = 0
         self._ends: list[tuple[float, RunningJob]] | None = None
         self.ctx = CycleContext(ix, np.arange(ix.n_hosts, dtype=np.int64), cfg.max_domains_tried, None)
+        self.refusals = Refusals(self.cap, enabled=remember)
+        # Per-cycle masks: a pool's hosts, and a host mask narrowed to a pool (both fixed for the cycle).
+        self._owned: dict[str, BoolArray] = {}
+        self._narrowed: dict[tuple[Shape, str], BoolArray | None] = {}
+        self._run_hosts: dict[str, tuple[int, ...]] = {}
 
     # ------------------------------------------------------------ helpers
 
@@ -139,6 +167,27 @@ class _Cycle:
                 key=lambda e: (e[0], e[1].spec.job_id),
             )
         return self._ends
+
+    def owned(self, pool: str) -> BoolArray | None:
+        if self.pools is None:
+            return None
+        got = self._owned.get(pool)
+        if got is None:
+            got = self._owned[pool] = self.pools.owned_by(pool)
+        return got
+
+    def narrowed(self, base: BoolArray | None, base_key: Shape, pool: str) -> BoolArray | None:
+        """``base`` (the host mask of ``base_key``) and the pool's hosts."""
+        key = (base_key, pool)
+        if key not in self._narrowed:
+            self._narrowed[key] = _and(base, self.owned(pool))
+        return self._narrowed[key]
+
+    def running_hosts(self, r: RunningJob) -> tuple[int, ...]:
+        got = self._run_hosts.get(r.spec.job_id)
+        if got is None:
+            got = self._run_hosts[r.spec.job_id] = _hosts(self.cap, r)
+        return got
 
     def try_place(self, need: Need) -> list[TaskPick] | None:
         cap = self.cap
@@ -178,7 +227,7 @@ class _Cycle:
         for job_id, r in self.request.snapshot.running.items():
             if job_id in self.victims:
                 continue
-            hosts = _hosts(cap, r)
+            hosts = self.running_hosts(r)
             reason: ReasonCode | None = None
             if (
                 pools is not None
@@ -210,8 +259,8 @@ class _Cycle:
 
     # ------------------------------------------------------------ one job
 
-    def one(self, job: JobSpec, base: BoolArray | None) -> None:
-        sh, now, cap = self.sh, self.now, self.cap
+    def one(self, job: JobSpec, base: BoolArray | None, base_key: Shape) -> None:
+        sh, now, cap, seen = self.sh, self.now, self.cap, self.refusals
         runtime = job.runtime_with(job.tasks, sh.default_runtime_s)
         if job.deadline_s is not None and sh.refuse_infeasible_deadlines and now + runtime > job.deadline_s:
             msg = (
@@ -226,16 +275,23 @@ class _Cycle:
             if not verdict.ok:
                 self.waiting.append(Waiting(job.job_id, ReasonCode.QUOTA_EXCEEDED, verdict.message))
                 return
-        own = self.pools.owned_by(job.pool) if self.pools is not None else None
-        free_of_resv = None
-        if self.reservations:
+        sk = shape(job)
+        own = self.owned(job.pool)
+        # The reservation mask changes only when a reservation is added; its key says which one it is.
+        resv_key = (len(self.reservations), now + runtime) if self.reservations else None
+        free_of_resv: BoolArray | None = None
+        if resv_key is not None:
             free_of_resv = self.reserved_from >= now + runtime
-        masks = [_and(_and(base, own), free_of_resv)] if own is not None else []
+        pools: list[str | None] = [job.pool] if own is not None else []  # None: any host
         if own is None or sh.lend_pools:
-            masks.append(_and(base, free_of_resv))
+            pools.append(None)
         for k in self.sizes(job):
-            for mask in masks:
-                need = make_need(job, cap, mask)
+            for pool in pools:
+                key = ("place", sk, k, pool, resv_key)
+                if seen.refused(key):
+                    continue
+                mask = self.narrowed(base, base_key, pool) if pool is not None else base
+                need = make_need(job, cap, _and(mask, free_of_resv))
                 if k != job.tasks:
                     need = dataclasses.replace(need, tasks=k)
                 picks = self.try_place(need)
@@ -243,9 +299,11 @@ class _Cycle:
                     self.allocs.append(allocation(cap, need, picks))
                     if self.book is not None:
                         self.book.add(job, milli * k // job.tasks)
+                    seen.bump()
                     return
-        wide = make_need(job, cap, base)
-        if free_of_resv is not None and self.fits(wide):
+                seen.refuse(key, need)
+        wide = _Wide(job, cap, base)  # the job on its host mask alone, built only where a question needs it
+        if free_of_resv is not None and self.fits_wide(wide, sk):
             first = min(self.reservations, key=lambda r: r.start_s)
             self.waiting.append(
                 Waiting(
@@ -256,35 +314,64 @@ class _Cycle:
                 )
             )
             return
-        if self.preempt(job, milli, _and(base, own) if own is not None else base):
+        if self.preempt(job, milli, self.narrowed(base, base_key, job.pool) if own is not None else base, sk):
             return
-        reason, msg = diagnose(cap, wide)
+        diagnosis = seen.diagnosis(sk)
+        if diagnosis is None:
+            diagnosis = diagnose(cap, wide.need)
+            seen.diagnosed(sk, diagnosis)
+        reason, msg = diagnosis
         mode = sh.backfill
         if reason in _RESERVABLE and (
             (mode is BackfillMode.EASY and not self.reservations)
             or (mode is BackfillMode.CONSERVATIVE and len(self.reservations) < sh.max_reservations)
         ):
-            got = reserve(cap, wide, self.placer, self.ctx, self.ends())
-            if got is not None:
+            got = None
+            if not seen.holds(("no reservation", sk)):
+                got = reserve(cap, wide.need, self.placer, self.ctx, self.ends())
+            if got is None:
+                seen.note(("no reservation", sk))
+            else:
                 start, hosts = got
                 names = tuple(cap.index.host_name(h) for h in hosts)
                 self.reservations.append(Reservation(job.job_id, start, names))
                 self.reserved_from[list(hosts)] = np.minimum(self.reserved_from[list(hosts)], start)
                 msg = f"{msg}; holds a reservation of {len(hosts)} host(s) from t={start:.0f} (in {start - now:.0f} s)"
                 reason = ReasonCode.WAITING_FOR_RESERVATION
+                seen.bump()
         self.waiting.append(Waiting(job.job_id, reason, msg))
 
-    def preempt(self, job: JobSpec, milli: int, mask: BoolArray | None) -> bool:
+    def fits_wide(self, wide: _Wide, sk: Shape) -> bool:
+        """Whether the job would fit if it ignored reservations (remembered both ways until a change)."""
+        seen = self.refusals
+        if seen.holds(("fits", sk)):
+            return True
+        if seen.refused(("fits not", sk)):
+            return False
+        if self.fits(wide.need):
+            seen.note(("fits", sk))
+            return True
+        seen.refuse(("fits not", sk), wide.need)
+        return False
+
+    def preempt(self, job: JobSpec, milli: int, mask: BoolArray | None, sk: Shape) -> bool:
         pre = self.sh.preemption
         if not pre.enabled or self.preemptors >= pre.max_preemptors_per_cycle:
             return False
+        # Everything the candidates and the victim search depend on, besides the cycle's state.
+        key = ("no victims", sk, job.pool, job.tenant, int(job.priority), milli)
+        if self.refusals.holds(key):
+            return False
         cands = self.candidates(job, milli)
         if not cands:
+            self.refusals.note(key)
             return False
         need = make_need(job, self.cap, mask)
         victims = find_victims(self.cap, need, self.placer, self.ctx, cands, pre.max_victims_per_job)
         if not victims:
+            self.refusals.note(key)
             return False
+        self.refusals.bump()
         self.preemptors += 1
         due = job.submit_time_s + pre.grace_s
         names = ", ".join(v.running.spec.job_id for v in victims)
@@ -335,7 +422,7 @@ class _Cycle:
             if key not in masks:
                 masks[key] = host_mask(self.cap, job, snap.host_labels)
             before = len(self.allocs)
-            self.one(job, masks[key])
+            self.one(job, masks[key], key)
             if cfg.strict and len(self.allocs) == before:
                 msg = f"waits behind {job.job_id}, which does not fit (strict ordering)"
                 self.waiting.extend(Waiting(j.job_id, ReasonCode.BLOCKED, msg) for j in queue[pos + 1 :])
@@ -350,7 +437,9 @@ class _Cycle:
         )
 
 
-def schedule_shared(request: ScheduleRequest) -> ScheduleResult:
+def schedule_shared(request: ScheduleRequest, *, remember_refusals: bool = True) -> ScheduleResult:
+    """The sharing cycle. ``remember_refusals=False`` decides every job afresh: slower, the same result
+    (tests compare the two)."""
     sh = request.sharing
     if sh is None:
         raise JobSpecError("the sharing cycle needs request.sharing", source="schedule request")
@@ -359,4 +448,4 @@ def schedule_shared(request: ScheduleRequest) -> ScheduleResult:
         if job.job_id in seen:
             raise JobSpecError(f"job {job.job_id} is pending twice in one request", source="schedule request")
         seen.add(job.job_id)
-    return _Cycle(request, sh).run()
+    return _Cycle(request, sh, remember=remember_refusals).run()

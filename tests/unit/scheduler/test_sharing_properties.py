@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sched_builders import make_job
 
@@ -113,6 +113,9 @@ def test_owner_reclaims_lent_capacity_within_the_grace_and_gangs_go_whole(data: 
     r = schedule(ScheduleRequest(state.snapshot(), tuple(borrowers), 0.0, SchedulerConfig(), sh))
     by_id = {j.job_id: j for j in borrowers}
     _apply(state, r.placements, by_id, 0.0)
+    # Only borrowed capacity is reclaimable: when b stays within its own nominal quota, a fragmented
+    # cluster may rightly keep the owner waiting (b0 = 3 x 4 GPUs and b1 = 8 GPUs leave no 3 whole hosts).
+    assume(sum(t.milli_gpu * len(t.gpus) for a in r.placements for t in a.tasks) > 24 * MILLI_PER_GPU)
     n = data.draw(st.sampled_from([4, 8, 16, 24]))
     owner = make_job("own", tasks=n // 8 or 1, gpus=min(n, 8), t=10.0, tenant="a", pool="p")
     now = 10.0

@@ -1,0 +1,222 @@
+"""The sharing loop's remembered refusals change no decision: with and without them, results are identical.
+
+Queues are drawn from a few job templates so that shapes repeat (that is when refusals are remembered),
+over clusters already partly used by earlier cycles, with quotas, a pool calendar, backfill, deadlines,
+elastic sizes and preemption in play.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sched_builders import make_job
+
+from gpupool.cluster import ClusterState, FabricIndex
+from gpupool.domain.calendar import parse_calendar
+from gpupool.domain.events import JobPlaced, JobStarted, JobSubmitted
+from gpupool.domain.jobs import JobSpec, PriorityClass, Scaling, Scope
+from gpupool.domain.sharing import Quota
+from gpupool.fabric.generators import leaf_spine
+from gpupool.scheduler import (
+    PLACERS,
+    BackfillMode,
+    PreemptionConfig,
+    ReasonCode,
+    SchedulerConfig,
+    ScheduleRequest,
+    SharingPolicy,
+    schedule,
+)
+from gpupool.scheduler import shared as shared_mod
+from gpupool.scheduler.capacity import Capacity
+from gpupool.scheduler.diagnose import diagnose
+from gpupool.scheduler.placement import make_need
+from gpupool.scheduler.refusals import Refusals
+from gpupool.scheduler.shared import schedule_shared
+from gpupool.scheduler.telemetry import penalties
+
+IX = FabricIndex(leaf_spine(2, 2, 4, gpus_per_host=8))  # 8 hosts, 64 GPUs
+CAL = parse_calendar(
+    'timezone = "UTC"\ndefault_pool = "training"\n[[pool]]\nname = "inference"\n'
+    'hosts = ["node001", "node002", "node003", "node004", "node005"]\nshare = 0.6\nshare_outside = 0.2\n'
+    'windows = [{ days = "mon-sun", start = "08:00", end = "22:00" }]\n',
+    "pools.toml",
+)
+DAY0 = 1715212800.0  # 2024-05-09 00:00 UTC
+TENANTS = ("a", "b", "c")
+POOLS = ("training", "inference")
+
+
+@st.composite
+def template(draw: st.DrawFn) -> JobSpec:
+    share = draw(st.sampled_from([None, None, None, (250, 10000), (500, 20000)]))
+    tasks = draw(st.integers(1, 4))
+    gpus = 1 if share else draw(st.sampled_from([1, 2, 4, 8]))
+    scope = draw(st.sampled_from([Scope.ANY, Scope.ANY, Scope.LEAF, Scope.NVLINK]))
+    deadline = draw(st.one_of(st.none(), st.floats(200.0, 20000.0)))
+    elastic = deadline is not None and tasks > 1 and draw(st.booleans())
+    return make_job(
+        "template",
+        tasks=tasks,
+        gpus=gpus,
+        share=share,
+        scope=scope,
+        required=draw(st.booleans()),
+        rail_aligned=share is None and draw(st.booleans()),
+        cpu_millicores=draw(st.sampled_from([0, 0, 8000])),
+        estimated_runtime_s=draw(st.one_of(st.none(), st.sampled_from([100.0, 1000.0, 5000.0]))),
+        deadline_s=deadline,
+        min_tasks=1 if elastic else None,
+        scaling=Scaling.LINEAR if elastic else Scaling.NONE,
+    )
+
+
+@st.composite
+def queue(draw: st.DrawFn, prefix: str, t0: float) -> list[JobSpec]:
+    shapes = draw(st.lists(template(), min_size=1, max_size=5))
+    out = []
+    for i in range(draw(st.integers(1, 30))):
+        base = draw(st.sampled_from(shapes))
+        dl = None if base.deadline_s is None else t0 + base.deadline_s
+        out.append(
+            replace(
+                base,
+                job_id=f"{prefix}{i}",
+                submit_time_s=t0 + draw(st.integers(0, 5)),
+                tenant=draw(st.sampled_from(TENANTS)),
+                pool=draw(st.sampled_from(POOLS)),
+                priority=PriorityClass(draw(st.sampled_from([1, 2, 3, 4]))),
+                preemptible=draw(st.booleans()),
+                deadline_s=dl,
+            )
+        )
+    return out
+
+
+@st.composite
+def sharing(draw: st.DrawFn) -> SharingPolicy:
+    quotas: tuple[Quota, ...] = ()
+    if draw(st.booleans()):
+        quotas = tuple(
+            Quota(
+                t,
+                p,
+                draw(st.integers(0, 40)),
+                borrowing_limit_gpus=draw(st.one_of(st.none(), st.integers(0, 16))),
+                cohort=draw(st.sampled_from(["c", ""])),
+            )
+            for t in TENANTS
+            for p in POOLS
+        )
+    return SharingPolicy(
+        quotas=quotas,
+        require_quota=draw(st.booleans()),
+        calendar=CAL if draw(st.booleans()) else None,
+        lend_pools=draw(st.booleans()),
+        preemption=PreemptionConfig(
+            enabled=draw(st.booleans()),
+            min_runtime_s=draw(st.sampled_from([0.0, 300.0])),
+            grace_s=draw(st.sampled_from([0.0, 300.0])),
+            max_preemptors_per_cycle=draw(st.sampled_from([1, 16])),
+        ),
+        backfill=draw(st.sampled_from(list(BackfillMode))),
+        max_reservations=draw(st.sampled_from([1, 4])),
+        default_runtime_s=draw(st.sampled_from([600.0, 3600.0])),
+    )
+
+
+def _run_state(first: list[JobSpec], sh: SharingPolicy, cfg: SchedulerConfig, t0: float) -> ClusterState:
+    """A cluster partly used by an earlier cycle of the same rules."""
+    state = ClusterState(IX)
+    r = schedule(ScheduleRequest(state.snapshot(), tuple(first), t0, cfg, sh))
+    by_id = {j.job_id: j for j in first}
+    for a in r.placements:
+        state.apply(JobSubmitted(by_id[a.job_id], t0))
+        state.apply(JobPlaced(a, t0))
+        state.apply(JobStarted(a.job_id, t0))
+    return state
+
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(
+    first=queue("r", DAY0 + 3 * 3600),
+    second=queue("p", DAY0 + 9 * 3600),
+    sh=sharing(),
+    placer=st.sampled_from(sorted(PLACERS)),
+    policy=st.sampled_from(["priority", "fifo", "fair", "slack"]),
+    limit=st.sampled_from([1000, 3]),
+    strict=st.booleans(),
+    later=st.sampled_from([0.0, 600.0]),
+)
+def test_remembered_refusals_decide_exactly_as_deciding_every_job_afresh(
+    first: list[JobSpec],
+    second: list[JobSpec],
+    sh: SharingPolicy,
+    placer: str,
+    policy: str,
+    limit: int,
+    strict: bool,
+    later: float,
+) -> None:
+    cfg = SchedulerConfig(policy=policy, placer=placer, max_placements_per_cycle=limit, strict=strict)
+    state = _run_state(first, sh, replace(cfg, max_placements_per_cycle=1000, strict=False), DAY0 + 3 * 3600)
+    snap = state.snapshot()
+    # The first cycle's leftovers wait with the new jobs, after the window opened (and perhaps its grace).
+    req = ScheduleRequest(snap, (*snap.pending, *second), DAY0 + 9 * 3600 + later, cfg, sh)
+    fresh = schedule_shared(req, remember_refusals=False)
+    remembered = schedule(req)
+    assert remembered == fresh
+    assert len(remembered.waiting) + len(remembered.placements) == len(req.pending)
+
+
+def _blocked_queue(n: int) -> list[JobSpec]:
+    return [make_job(f"j{i}", tasks=2, gpus=8, t=float(i), tenant="a") for i in range(n)]
+
+
+def test_a_queue_of_one_blocked_shape_is_diagnosed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The point of it: a full cluster refuses 50 gangs of one shape after one search and one diagnosis."""
+    state = ClusterState(IX)
+    fill = [make_job(f"f{i}", gpus=8, t=float(i)) for i in range(7)]
+    r = schedule(ScheduleRequest(state.snapshot(), tuple(fill), 0.0))
+    for a in r.placements:
+        state.apply(JobSubmitted(fill[int(a.job_id[1:])], 0.0))
+        state.apply(JobPlaced(a, 0.0))
+    calls = {"diagnose": 0}
+    real = diagnose
+
+    def counting(*args: object) -> tuple[ReasonCode, str]:
+        calls["diagnose"] += 1
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shared_mod, "diagnose", counting)
+    req = ScheduleRequest(state.snapshot(), tuple(_blocked_queue(50)), 1.0, SchedulerConfig(), SharingPolicy())
+    result = schedule(req)
+    assert not result.placements
+    assert {w.reason for w in result.waiting} == {ReasonCode.NO_CAPACITY}
+    assert calls["diagnose"] == 1
+    assert schedule_shared(req, remember_refusals=False) == result
+    assert calls["diagnose"] == 51
+
+
+def test_refusals_of_bounded_searches_last_only_until_the_state_changes() -> None:
+    snap = ClusterState(IX).snapshot()
+    cap = Capacity(snap, penalties(snap, SchedulerConfig().telemetry))
+    plain = make_need(make_job("x", tasks=2, gpus=8), cap, None)
+    railed = make_need(make_job("y", tasks=2, gpus=8, rail_aligned=True), cap, None)
+    seen = Refusals(cap)
+    seen.refuse("plain", plain)
+    seen.refuse("railed", railed)
+    assert seen.refused("plain") and seen.refused("railed")
+    seen.bump()  # a placement: capacity shrank
+    assert seen.refused("plain") and not seen.refused("railed")
+    cap.releases += 1  # capacity grew: nothing refused still holds
+    assert not seen.refused("plain")
+    off = Refusals(cap, enabled=False)
+    off.refuse("plain", plain)
+    assert not off.refused("plain")
