@@ -7,9 +7,11 @@ import sys
 import typer
 
 from gpupool import __version__
+from gpupool.cli import client_cmds
 from gpupool.cli.agent import agent as agent_cmd
 from gpupool.cli.errors import run_guarded
 from gpupool.cli.fabric import app as fabric_app
+from gpupool.cli.server import server
 from gpupool.cli.sim import app as sim_app
 
 app = typer.Typer(
@@ -21,6 +23,8 @@ app = typer.Typer(
 )
 app.add_typer(fabric_app, name="fabric")
 app.add_typer(sim_app, name="sim")
+app.command()(server)
+client_cmds.register(app)
 app.command("agent")(agent_cmd)
 
 

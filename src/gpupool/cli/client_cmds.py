@@ -1,0 +1,220 @@
+"""The client commands: ``gpupool submit/jobs/job/cancel/nodes/drain/undrain/pools/usage/logs`` and
+``gpupool admin``. Server address and token from GPUPOOL_SERVER / GPUPOOL_TOKEN or the client config file."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpupool.client import Client, load_client_config, read_job_file
+from gpupool.schemas.api import JobOut, JobSubmit
+
+admin_app = typer.Typer(help="Operator commands (need an admin token).", no_args_is_help=True)
+
+
+class Fmt(StrEnum):
+    TABLE = "table"
+    CSV = "csv"
+    JSON = "json"
+
+
+def _client() -> Client:
+    return Client(load_client_config())
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [headers, *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+
+
+def _emit(fmt: Fmt, headers: list[str], rows: list[list[Any]], data: Any) -> None:
+    if fmt is Fmt.JSON:
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+    elif fmt is Fmt.CSV:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(headers)
+        w.writerows(rows)
+        typer.echo(buf.getvalue(), nl=False)
+    else:
+        typer.echo(_table(headers, rows))
+
+
+FmtOpt = Annotated[Fmt, typer.Option("--format", "-f", help="table, csv or json")]
+JOB_COLS = ["id", "state", "tenant", "pool", "tasks", "gpus", "priority", "name", "reason"]
+
+
+def _job_row(j: JobOut) -> list[Any]:
+    gpus = f"{j.milli_gpu}m" if j.milli_gpu is not None else j.gpus_per_task
+    return [j.id, j.state, j.tenant, j.pool, j.tasks, gpus, j.priority, j.name, j.reason_code]
+
+
+def submit(
+    command: Annotated[list[str] | None, typer.Argument(help="the job's argv (after --)")] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-F", help="YAML job file")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="GPUs per task")] = None,
+    tasks: Annotated[int | None, typer.Option("--tasks", help="tasks (gang size)")] = None,
+    pool: Annotated[str | None, typer.Option(help="pool")] = None,
+    priority: Annotated[str | None, typer.Option(help="best_effort, batch, normal, high, realtime")] = None,
+    name: Annotated[str | None, typer.Option(help="a name for the job")] = None,
+    tenant: Annotated[str | None, typer.Option(help="on whose behalf (admin tokens only)")] = None,
+    preemptible: Annotated[bool, typer.Option(help="may be preempted")] = False,
+    key: Annotated[str | None, typer.Option("--idempotency-key", help="resubmitting with it never duplicates")] = None,
+) -> None:
+    """Submit a job: flags and an argv after --, or a YAML job file (flags override the file)."""
+    base: dict[str, Any] = read_job_file(file).model_dump(exclude_none=True) if file is not None else {}
+    over = {
+        "command": command or None,
+        "gpus_per_task": gpus,
+        "tasks": tasks,
+        "pool": pool,
+        "priority": priority,
+        "name": name,
+        "tenant": tenant,
+        "preemptible": preemptible or None,
+    }
+    base.update({k: v for k, v in over.items() if v is not None})
+    if "command" not in base:
+        raise typer.BadParameter("give the job's command after --, or a job file with command:")
+    job = JobSubmit.model_validate(base)
+    with _client() as c:
+        out = c.submit(job, key)
+    typer.echo(f"{out.job.id} {'submitted' if out.created else 'already submitted'} ({out.job.state})")
+
+
+def jobs(
+    state: Annotated[str | None, typer.Option(help="only jobs in this state")] = None,
+    pool: Annotated[str | None, typer.Option(help="only jobs of this pool")] = None,
+    limit: Annotated[int, typer.Option(help="at most this many")] = 100,
+    fmt: FmtOpt = Fmt.TABLE,
+) -> None:
+    """List your jobs (an admin sees every tenant's)."""
+    with _client() as c:
+        listed = c.jobs(state=state, pool=pool, limit=limit).jobs
+    _emit(fmt, JOB_COLS, [_job_row(j) for j in listed], [j.model_dump() for j in listed])
+
+
+def job(job_id: str, fmt: FmtOpt = Fmt.TABLE) -> None:
+    """Show one job and why it waits."""
+    with _client() as c:
+        j = c.job(job_id)
+    if fmt is Fmt.TABLE:
+        for k, v in j.model_dump().items():
+            typer.echo(f"{k:16} {v}")
+    else:
+        _emit(fmt, JOB_COLS, [_job_row(j)], j.model_dump())
+
+
+def cancel(job_id: str) -> None:
+    """Cancel a job (a running one is stopped on its nodes' next heartbeat)."""
+    with _client() as c:
+        j = c.cancel(job_id)
+    typer.echo(f"{j.id} {j.state}")
+
+
+def nodes(fmt: FmtOpt = Fmt.TABLE) -> None:
+    """List nodes with their GPUs, HCAs, health and heartbeat age."""
+    with _client() as c:
+        listed = c.nodes().nodes
+    rows = [
+        [
+            n.name,
+            n.state,
+            n.gpu_count,
+            n.gpu_model,
+            ",".join(h.name for h in n.hcas),
+            ",".join(sorted({g.health for g in n.gpus})),
+            "" if n.heartbeat_age_s is None else f"{n.heartbeat_age_s:.0f}s",
+        ]
+        for n in listed
+    ]
+    _emit(
+        fmt, ["node", "state", "gpus", "model", "hcas", "health", "heartbeat"], rows, [n.model_dump() for n in listed]
+    )
+
+
+def drain(node: str, reason: Annotated[str, typer.Option(help="why")] = "drained by an operator") -> None:
+    """Keep a node out of new placements (admin)."""
+    with _client() as c:
+        c.drain(node, reason)
+    typer.echo(f"{node} drained")
+
+
+def undrain(node: str) -> None:
+    """Return a drained node to service (admin)."""
+    with _client() as c:
+        c.undrain(node)
+    typer.echo(f"{node} up")
+
+
+def pools(fmt: FmtOpt = Fmt.TABLE) -> None:
+    """List pools and their calendar versions."""
+    with _client() as c:
+        listed = c.pools().pools
+    rows = [[p.name, p.version, len(p.calendar_toml.splitlines())] for p in listed]
+    _emit(fmt, ["pool", "version", "calendar_lines"], rows, [p.model_dump() for p in listed])
+
+
+def usage(
+    from_s: Annotated[
+        float | None, typer.Option("--from", help="window start, epoch seconds (default: a day ago)")
+    ] = None,
+    to_s: Annotated[float | None, typer.Option("--to", help="window end, epoch seconds (default: now)")] = None,
+    fmt: FmtOpt = Fmt.TABLE,
+) -> None:
+    """GPU-seconds per tenant, GPU model and pool in a window."""
+    with _client() as c:
+        out = c.usage(from_s, to_s)
+    rows = [[u.tenant, u.gpu_model, u.pool, f"{u.gpu_seconds:.1f}"] for u in out.usage]
+    data = {"from_s": out.from_s, "to_s": out.to_s, "usage": [u.model_dump() for u in out.usage]}
+    _emit(fmt, ["tenant", "gpu_model", "pool", "gpu_seconds"], rows, data)
+
+
+def logs(
+    job_id: str,
+    stream: Annotated[str, typer.Option(help="stdout or stderr")] = "stdout",
+    tail: Annotated[int, typer.Option(help="last N lines")] = 200,
+    rank: Annotated[int, typer.Option(help="which rank")] = 0,
+) -> None:
+    """Print a job's output, fetched from its node's agent."""
+    with _client() as c:
+        out = c.logs(job_id, stream=stream, tail=tail, rank=rank)
+    typer.echo(out.text, nl=False)
+
+
+@admin_app.command("tenant")
+def admin_tenant(name: str, weight: Annotated[float, typer.Option(help="fair-share weight")] = 1.0) -> None:
+    """Create a tenant."""
+    with _client() as c:
+        t = c.create_tenant(name, weight)
+    typer.echo(f"tenant {t.name} created (weight {t.weight})")
+
+
+@admin_app.command("token")
+def admin_token(
+    tenant: Annotated[str | None, typer.Option(help="the tenant it speaks for")] = None,
+    admin: Annotated[bool, typer.Option("--admin", help="an admin token instead")] = False,
+) -> None:
+    """Create an API token; it is printed once and never stored in clear."""
+    with _client() as c:
+        typer.echo(c.create_token(tenant, admin=admin).token)
+
+
+@admin_app.command("join-token")
+def admin_join_token(ttl: Annotated[float | None, typer.Option(help="seconds it stays valid")] = None) -> None:
+    """Create an agent join token; printed once."""
+    with _client() as c:
+        typer.echo(c.create_join_token(ttl).token)
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (submit, jobs, job, cancel, nodes, drain, undrain, pools, usage, logs):
+        app.command()(fn)
+    app.add_typer(admin_app, name="admin")

@@ -1,0 +1,184 @@
+"""``Client``: one method per REST call, answers parsed into the API's pydantic models.
+
+Failures become gpupool errors with one clear sentence: a server that does not answer (ServerDownError), a
+token it refuses (AuthFailedError), or what the server said (ApiError with its status and message).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from gpupool.domain.errors import GpupoolError, ParseError
+from gpupool.schemas import api
+
+M = TypeVar("M", bound=BaseModel)
+DEFAULT_SERVER = "http://127.0.0.1:8765"
+DEFAULT_CONFIG = Path("~/.config/gpupool/client.yaml")
+
+
+class ServerDownError(GpupoolError):
+    code = "SERVER_DOWN"
+
+
+class AuthFailedError(GpupoolError):
+    code = "UNAUTHENTICATED"
+
+
+class ApiError(GpupoolError):
+    code = "API_ERROR"
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    server: str = DEFAULT_SERVER
+    token: str = field(default="", repr=False)
+
+
+def load_client_config(env: Mapping[str, str] | None = None, path: str | Path | None = None) -> ClientConfig:
+    """``GPUPOOL_SERVER`` / ``GPUPOOL_TOKEN`` win over the config file (``GPUPOOL_CONFIG`` or the default)."""
+    env = os.environ if env is None else env
+    file = Path(path or env.get("GPUPOOL_CONFIG") or DEFAULT_CONFIG).expanduser()
+    data: dict[str, Any] = {}
+    if file.is_file():
+        try:
+            loaded = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise ParseError(f"not YAML: {e}", source=str(file)) from None
+        if not isinstance(loaded, dict):
+            raise ParseError("the client config must be a mapping (server:, token:)", source=str(file), line=1)
+        data = loaded
+    server = env.get("GPUPOOL_SERVER") or str(data.get("server") or DEFAULT_SERVER)
+    token = env.get("GPUPOOL_TOKEN") or str(data.get("token") or "")
+    return ClientConfig(server.rstrip("/"), token)
+
+
+def read_job_file(path: str | Path) -> api.JobSubmit:
+    """A YAML job file checked against the API's job model; a bad field is a ParseError naming file and line."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ParseError(f"cannot read the job file: {e.strerror}", source=source) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ParseError(
+            f"not YAML: {getattr(e, 'problem', e)}", source=source, line=None if mark is None else mark.line + 1
+        ) from None
+    if not isinstance(data, dict):
+        raise ParseError("a job file is a mapping of job fields (command:, gpus_per_task:, ...)", source=source, line=1)
+    try:
+        return api.JobSubmit.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        top = str(err["loc"][0]) if err["loc"] else ""
+        line = next((i + 1 for i, t in enumerate(text.splitlines()) if t.startswith(f"{top}:")), None)
+        raise ParseError(f"{loc}: {err['msg']}", source=source, line=line) from None
+
+
+class Client:
+    def __init__(self, config: ClientConfig, *, timeout_s: float = 10.0, transport: httpx.BaseTransport | None = None):
+        headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
+        self.server = config.server
+        self._http = httpx.Client(base_url=config.server, headers=headers, timeout=timeout_s, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, model: type[M], **kw: Any) -> M:
+        try:
+            r = self._http.request(method, path, **kw)
+        except httpx.TransportError as e:
+            raise ServerDownError(f"the gpupool server at {self.server} does not answer ({type(e).__name__})") from None
+        if r.status_code == 401:
+            raise AuthFailedError(f"the server refused the token: {_message(r)} (set GPUPOOL_TOKEN)")
+        if r.status_code >= 400:
+            raise ApiError(f"{r.status_code}: {_message(r)}", r.status_code)
+        try:
+            return model.model_validate(r.json())
+        except (ValueError, ValidationError) as e:
+            raise ApiError(
+                f"the server's answer to {method} {path} is not what the API promises: {e}", r.status_code
+            ) from None
+
+    # -- jobs ----------------------------------------------------------------------------------------------------
+    def submit(self, job: api.JobSubmit, idempotency_key: str | None = None) -> api.SubmitOut:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        body = job.model_dump(mode="json", exclude_none=True)
+        return self._call("POST", "/v1/jobs", api.SubmitOut, json=body, headers=headers)
+
+    def jobs(self, *, state: str | None = None, pool: str | None = None, limit: int = 100) -> api.JobList:
+        params = {k: v for k, v in (("state", state), ("pool", pool), ("limit", limit)) if v is not None}
+        return self._call("GET", "/v1/jobs", api.JobList, params=params)
+
+    def job(self, job_id: str) -> api.JobOut:
+        return self._call("GET", f"/v1/jobs/{job_id}", api.JobOut)
+
+    def why(self, job_id: str) -> api.WhyOut:
+        return self._call("GET", f"/v1/jobs/{job_id}/why", api.WhyOut)
+
+    def cancel(self, job_id: str) -> api.JobOut:
+        return self._call("POST", f"/v1/jobs/{job_id}/cancel", api.JobOut)
+
+    def logs(self, job_id: str, *, stream: str = "stdout", tail: int = 200, rank: int = 0) -> api.LogsOut:
+        params = {"stream": stream, "tail": tail, "rank": rank}
+        return self._call("GET", f"/v1/jobs/{job_id}/logs", api.LogsOut, params=params)
+
+    # -- operators -----------------------------------------------------------------------------------------------
+    def nodes(self) -> api.NodeList:
+        return self._call("GET", "/v1/nodes", api.NodeList)
+
+    def drain(self, node: str, reason: str) -> api.NodeList:
+        return self._call("POST", f"/v1/nodes/{node}/drain", api.NodeList, json={"reason": reason})
+
+    def undrain(self, node: str) -> api.NodeList:
+        return self._call("POST", f"/v1/nodes/{node}/undrain", api.NodeList)
+
+    def pools(self) -> api.PoolList:
+        return self._call("GET", "/v1/pools", api.PoolList)
+
+    def usage(self, from_s: float | None = None, to_s: float | None = None) -> api.UsageOut:
+        params = {k: v for k, v in (("from", from_s), ("to", to_s)) if v is not None}
+        return self._call("GET", "/v1/usage", api.UsageOut, params=params)
+
+    def create_tenant(self, name: str, weight: float = 1.0) -> api.TenantOut:
+        return self._call("POST", "/v1/tenants", api.TenantOut, json={"name": name, "weight": weight})
+
+    def create_token(self, tenant: str | None, *, admin: bool = False) -> api.TokenOut:
+        return self._call("POST", "/v1/tokens", api.TokenOut, json={"tenant": tenant, "admin": admin})
+
+    def create_join_token(self, ttl_s: float | None = None) -> api.TokenOut:
+        return self._call("POST", "/v1/join-tokens", api.TokenOut, json={"ttl_s": ttl_s})
+
+
+def _message(r: httpx.Response) -> str:
+    try:
+        body = r.json()
+    except ValueError:
+        return r.text[:200] or r.reason_phrase
+    if isinstance(body, dict) and "message" in body:
+        return str(body["message"])
+    if isinstance(body, dict) and isinstance(body.get("detail"), list) and body["detail"]:
+        d = body["detail"][0]
+        return f"{'.'.join(str(x) for x in d.get('loc', []))}: {d.get('msg', '')}"
+    return str(body)[:200]
