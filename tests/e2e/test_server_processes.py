@@ -1,0 +1,250 @@
+"""Real server processes on loopback: kill -9 during a burst of submissions (SQLite and PostgreSQL), and
+failover between two replicas on PostgreSQL. Everything waits on conditions with deadlines, never sleeps."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from gpupool.store import Store
+
+ADMIN = "e2e-admin-token-0123456789abcdef"
+PG = os.environ.get("GPUPOOL_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(cond: Callable[[], bool], timeout_s: float, what: str) -> float:
+    start = time.monotonic()
+    while not cond():
+        if time.monotonic() - start > timeout_s:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        threading.Event().wait(0.05)  # poll interval, bounded by the deadline above
+    return time.monotonic() - start
+
+
+class ServerProc:
+    def __init__(self, url: str, data: Path, log: Path) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        env = {
+            **os.environ,
+            "GPUPOOL_DATABASE_URL": url,
+            "GPUPOOL_DATA_DIR": str(data),
+            "GPUPOOL_ADMIN_TOKEN": ADMIN,
+            "GPUPOOL_PORT": str(self.port),
+            "GPUPOOL_SCHEDULE_PERIOD_S": "0.2",
+            "GPUPOOL_LEADER_RETRY_S": "0.2",
+            "GPUPOOL_NODE_LOST_AFTER_S": "600",
+        }
+        self.log = log.open("a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpupool", "server"], env=env, stdout=self.log, stderr=subprocess.STDOUT
+        )
+        wait_for(self.up, 30, f"server on port {self.port}")
+
+    def health(self) -> dict[str, Any] | None:
+        try:
+            r = httpx.get(f"{self.base}/healthz", timeout=1.0)
+        except httpx.HTTPError:
+            return None
+        return dict(r.json()) if r.status_code == 200 else None
+
+    def up(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"server exited with {self.proc.returncode}")
+        return self.health() is not None
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+
+
+def pg_schema() -> Iterator[str]:
+    libpq = make_url(PG).set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        psycopg.connect(libpq, connect_timeout=2).close()
+    except psycopg.Error as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but PostgreSQL does not answer: {e}")
+        pytest.skip("PostgreSQL does not answer")
+    schema = f"e_{secrets.token_hex(6)}"
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield (
+            make_url(PG).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+        )
+    finally:
+        with psycopg.connect(libpq, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'gpupool.db'}"
+    else:
+        yield from pg_schema()
+
+
+def admin(base: str, method: str, path: str, **kw: Any) -> Any:
+    r = httpx.request(method, f"{base}{path}", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10, **kw)
+    assert r.status_code < 300, r.text
+    return r.json()
+
+
+def setup_pool(base: str, hosts: int) -> str:
+    admin(base, "POST", "/v1/tenants", json={"name": "acme"})
+    token = str(admin(base, "POST", "/v1/tokens", json={"tenant": "acme"})["token"])
+    for h in range(hosts):
+        join = admin(base, "POST", "/v1/join-tokens", json={})["token"]
+        body = {"host": f"gpu-{h:02d}", "gpus": [{"index": i, "model": "H100", "memory_mib": 81559} for i in range(8)]}
+        r = httpx.post(f"{base}/v1/agents/register", json=body, headers={"Authorization": f"Bearer {join}"})
+        assert r.status_code == 200, r.text
+    return token
+
+
+def no_gpu_twice(url: str) -> dict[tuple[str, int], int]:
+    with Store(url) as store:
+        used: dict[tuple[str, int], int] = defaultdict(int)
+        for alloc in store.load_state().allocations:
+            for t in alloc.tasks:
+                for g in t.gpus:
+                    used[(t.host, g)] += t.milli_gpu
+    assert all(v <= 1000 for v in used.values()), used
+    return used
+
+
+def test_kill9_during_a_burst_loses_and_duplicates_nothing(db_url: str, tmp_path: Path) -> None:
+    srv = ServerProc(db_url, tmp_path, tmp_path / "server.log")
+    token = setup_pool(srv.base, hosts=2)
+    acked: dict[str, str] = {}
+    tried: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def submitter(worker: int) -> None:
+        with httpx.Client(base_url=srv.base, headers={"Authorization": f"Bearer {token}"}, timeout=5) as c:
+            n = 0
+            while not stop.is_set():
+                key = f"w{worker}-{n}"
+                n += 1
+                with lock:
+                    tried.append(key)
+                body = {"command": ["true"], "gpus_per_task": 1 + n % 4}
+                try:
+                    r = c.post("/v1/jobs", json=body, headers={"Idempotency-Key": key})
+                except httpx.HTTPError:
+                    return  # the server is gone: this key may or may not be stored
+                assert r.status_code == 201, r.text
+                with lock:
+                    acked[key] = r.json()["job"]["id"]
+
+    workers = [threading.Thread(target=submitter, args=(w,)) for w in range(4)]
+    for w in workers:
+        w.start()
+    wait_for(lambda: len(acked) >= 150, 60, "150 acknowledged submissions")
+    srv.kill9()
+    stop.set()
+    for w in workers:
+        w.join(10)
+    srv2 = ServerProc(db_url, tmp_path, tmp_path / "server2.log")
+    try:
+        # Clients retry everything they sent: an acknowledged key returns its job, an unacknowledged one is new.
+        with httpx.Client(base_url=srv2.base, headers={"Authorization": f"Bearer {token}"}, timeout=10) as c:
+            for key in tried:
+                r = c.post("/v1/jobs", json={"command": ["true"]}, headers={"Idempotency-Key": key})
+                assert r.status_code in (200, 201), r.text
+                if key in acked:
+                    assert r.status_code == 200 and r.json()["job"]["id"] == acked[key]
+        jobs: list[dict[str, Any]] = []
+        after = None
+        while True:
+            page = admin(srv2.base, "GET", "/v1/jobs", params={"limit": 1000, **({"after": after} if after else {})})
+            jobs += page["jobs"]
+            after = page["next_after"]
+            if after is None:
+                break
+        keys = [j["idempotency_key"] for j in jobs]
+        assert len(keys) == len(set(keys)) == len(set(tried))
+        assert {j["id"] for j in jobs} >= set(acked.values())
+        wait_for(
+            lambda: any(j["state"] == "placed" for j in admin(srv2.base, "GET", "/v1/jobs")["jobs"]), 15, "placements"
+        )
+    finally:
+        srv2.stop()
+    assert sum(no_gpu_twice(db_url).values()) > 0
+
+
+def test_failover_the_standby_schedules_within_10_s_and_never_both(tmp_path: Path) -> None:
+    gen = pg_schema()
+    url = next(gen)
+    a = ServerProc(url, tmp_path, tmp_path / "a.log")
+    b = ServerProc(url, tmp_path, tmp_path / "b.log")
+    try:
+        wait_for(lambda: any((s.health() or {}).get("leader") for s in (a, b)), 10, "a leader")
+        leaders = [s for s in (a, b) if (s.health() or {}).get("leader")]
+        assert len(leaders) == 1
+        leader, standby = (a, b) if leaders[0] is a else (b, a)
+        token = setup_pool(standby.base, hosts=1)
+        h = {"Authorization": f"Bearer {token}"}
+        # Submitted through the standby, scheduled by the leader.
+        first = httpx.post(f"{standby.base}/v1/jobs", json={"command": ["true"], "gpus_per_task": 2}, headers=h).json()
+        wait_for(
+            lambda: httpx.get(f"{standby.base}/v1/jobs/{first['job']['id']}", headers=h).json()["state"] == "placed",
+            10,
+            "placement by the leader",
+        )
+        leader.kill9()
+        killed_at = time.monotonic()
+        second = httpx.post(f"{standby.base}/v1/jobs", json={"command": ["true"], "gpus_per_task": 2}, headers=h).json()
+        took = wait_for(
+            lambda: httpx.get(f"{standby.base}/v1/jobs/{second['job']['id']}", headers=h).json()["state"] == "placed",
+            10,
+            "placement after failover",
+        )
+        assert time.monotonic() - killed_at < 10 and took < 10
+        assert (standby.health() or {}).get("leader") is True
+        # The old leader comes back as a standby: two processes, one leader.
+        c = ServerProc(url, tmp_path, tmp_path / "c.log")
+        try:
+            for _ in range(20):
+                flags = [(s.health() or {}).get("leader") for s in (standby, c)]
+                assert flags.count(True) == 1, flags
+        finally:
+            c.stop()
+        used = no_gpu_twice(url)
+        assert sum(used.values()) == 4000
+    finally:
+        a.stop()
+        b.stop()
+        next(gen, None)
