@@ -1,0 +1,139 @@
+"""Submit throughput of the REST API: a server of its own on loopback (scheduling loop running, 8 registered
+nodes), concurrent clients submitting jobs, one JSON line: backend, submits, submits_per_s, p99_ms.
+
+    python benchmarks/api_submit.py --backend sqlite
+    python benchmarks/api_submit.py --backend postgres --database-url postgresql+psycopg://postgres@127.0.0.1/test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import psycopg
+from sqlalchemy.engine import make_url
+
+ADMIN = secrets.token_urlsafe(24)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--backend", choices=["sqlite", "postgres"], required=True)
+    p.add_argument("--database-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--seconds", type=float, default=10.0)
+    args = p.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="gpupool-bench-"))
+    schema = None
+    if args.backend == "sqlite":
+        url = f"sqlite:///{tmp / 'gpupool.db'}"
+    else:
+        schema = f"bench_{secrets.token_hex(4)}"
+        libpq = make_url(args.database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(libpq, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+        url = (
+            make_url(args.database_url)
+            .update_query_dict({"options": f"-csearch_path={schema}"})
+            .render_as_string(hide_password=False)
+        )
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "GPUPOOL_DATABASE_URL": url,
+        "GPUPOOL_DATA_DIR": str(tmp),
+        "GPUPOOL_ADMIN_TOKEN": ADMIN,
+        "GPUPOOL_PORT": str(port),
+        "GPUPOOL_LOG_LEVEL": "warning",
+        "GPUPOOL_SCHEDULE_PERIOD_S": "1.0",
+        "GPUPOOL_SCHEDULE_MIN_GAP_S": "0.25",
+    }
+    proc = subprocess.Popen([sys.executable, "-m", "gpupool", "server"], env=env, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise SystemExit("the server did not start")
+            threading.Event().wait(0.1)
+        adm = {"Authorization": f"Bearer {ADMIN}"}
+        httpx.post(f"{base}/v1/tenants", json={"name": "bench"}, headers=adm).raise_for_status()
+        token = httpx.post(f"{base}/v1/tokens", json={"tenant": "bench"}, headers=adm).json()["token"]
+        for h in range(8):
+            join = httpx.post(f"{base}/v1/join-tokens", json={}, headers=adm).json()["token"]
+            gpus = [{"index": i, "model": "H100", "memory_mib": 81559} for i in range(8)]
+            httpx.post(
+                f"{base}/v1/agents/register",
+                json={"host": f"gpu-{h:02d}", "gpus": gpus},
+                headers={"Authorization": f"Bearer {join}"},
+            ).raise_for_status()
+        latencies: list[list[float]] = [[] for _ in range(args.clients)]
+        stop = threading.Event()
+
+        def client(i: int) -> None:
+            with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as c:
+                n = 0
+                while not stop.is_set():
+                    t0 = time.perf_counter()
+                    r = c.post("/v1/jobs", json={"command": ["true"], "gpus_per_task": 1 + n % 4})
+                    if r.status_code != 201:
+                        raise SystemExit(f"submit failed: {r.status_code} {r.text}")
+                    latencies[i].append(time.perf_counter() - t0)
+                    n += 1
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        stop.wait(args.seconds)
+        stop.set()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - start
+        metrics = httpx.get(f"{base}/metrics").text
+        placements = next(
+            (float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("gpupool_placements_total")),
+            0.0,
+        )
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        if schema is not None:
+            with psycopg.connect(libpq, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    lat = sorted(x for per in latencies for x in per)
+    out = {
+        "backend": args.backend,
+        "submits": len(lat),
+        "submits_per_s": round(len(lat) / elapsed, 1),
+        "p99_ms": round(1000 * lat[int(0.99 * (len(lat) - 1))], 2) if lat else None,
+        "clients": args.clients,
+        "seconds": round(elapsed, 2),
+        "placements": placements,
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
