@@ -9,8 +9,8 @@ Two kinds of memory, both exact (the sharing loop decides the same with or witho
   in a few domains, required-scope shares placed greedily) are not monotone: their refusals are only
   remembered as long as nothing changed (see ``monotone``).
 - Results that depend on the state as it is (a diagnosis and its numbers, a victim search, a backfill
-  reservation search): remembered until the next change of state, which the cycle reports with ``bump``
-  (a placement, a preemption, a reservation).
+  reservation search, a job's whole refusal): remembered until the next change of state, which the cycle
+  reports with ``bump`` (a placement, a preemption, a reservation).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def monotone(need: Need) -> bool:
 class Refusals:
     """Owned by one cycle. ``enabled=False`` remembers nothing: the reference the tests compare against."""
 
-    __slots__ = ("_cap", "_facts", "_lasting", "_releases", "diagnoses", "enabled", "version")
+    __slots__ = ("_answers", "_cap", "_facts", "_lasting", "_releases", "enabled", "version")
 
     def __init__(self, cap: Capacity, *, enabled: bool = True) -> None:
         self.enabled = enabled
@@ -47,13 +47,13 @@ class Refusals:
         self._releases = cap.releases
         self._lasting: set[Hashable] = set()
         self._facts: set[Hashable] = set()  # hold until the next bump
-        self.diagnoses: dict[Hashable, tuple[ReasonCode, str]] = {}  # until the next bump
+        self._answers: dict[Hashable, tuple[ReasonCode, str]] = {}  # until the next bump
 
     def bump(self) -> None:
         """The cycle's state changed: forget what depended on it as it was."""
         self.version += 1
         self._facts.clear()
-        self.diagnoses.clear()
+        self._answers.clear()
 
     def _fresh(self) -> bool:
         if self._cap.releases != self._releases:
@@ -79,9 +79,10 @@ class Refusals:
         if self._fresh():
             self._facts.add(key)
 
-    def diagnosis(self, key: Hashable) -> tuple[ReasonCode, str] | None:
-        return self.diagnoses.get(key) if self._fresh() else None
+    def answer(self, key: Hashable) -> tuple[ReasonCode, str] | None:
+        """The (reason, sentence) ``answered`` under ``key`` since the last change of state, or None."""
+        return self._answers.get(key) if self._fresh() else None
 
-    def diagnosed(self, key: Hashable, value: tuple[ReasonCode, str]) -> None:
+    def answered(self, key: Hashable, value: tuple[ReasonCode, str]) -> None:
         if self._fresh():
-            self.diagnoses[key] = value
+            self._answers[key] = value

@@ -152,6 +152,7 @@ class _Cycle:
         self._owned: dict[str, BoolArray] = {}
         self._narrowed: dict[tuple[Shape, str], BoolArray | None] = {}
         self._run_hosts: dict[str, tuple[int, ...]] = {}
+        self._shape_ids: dict[Shape, int] = {}
 
     # ------------------------------------------------------------ helpers
 
@@ -167,6 +168,14 @@ class _Cycle:
                 key=lambda e: (e[0], e[1].spec.job_id),
             )
         return self._ends
+
+    def shape_id(self, job: JobSpec) -> int:
+        """A small number per shape: keys built from it hash in one step, not through the whole shape."""
+        sk = shape(job)
+        got = self._shape_ids.get(sk)
+        if got is None:
+            got = self._shape_ids[sk] = len(self._shape_ids)
+        return got
 
     def owned(self, pool: str) -> BoolArray | None:
         if self.pools is None:
@@ -275,17 +284,29 @@ class _Cycle:
             if not verdict.ok:
                 self.waiting.append(Waiting(job.job_id, ReasonCode.QUOTA_EXCEEDED, verdict.message))
                 return
-        sk = shape(job)
+        sk = self.shape_id(job)
         own = self.owned(job.pool)
         # The reservation mask changes only when a reservation is added; its key says which one it is.
         resv_key = (len(self.reservations), now + runtime) if self.reservations else None
+        sizes = self.sizes(job)
+        pre = sh.preemption
+        # Everything else a refusal of this job depends on, besides the cycle's state: while nothing changes,
+        # a job like an earlier refused one is refused alike. Tenant and priority only matter to preemption.
+        who = (
+            (job.tenant, int(job.priority)) if pre.enabled and self.preemptors < pre.max_preemptors_per_cycle else None
+        )
+        outcome_key = ("outcome", sk, job.pool, resv_key, tuple(sizes), who)
+        known = seen.answer(outcome_key)
+        if known is not None:
+            self.waiting.append(Waiting(job.job_id, known[0], known[1]))
+            return
         free_of_resv: BoolArray | None = None
         if resv_key is not None:
             free_of_resv = self.reserved_from >= now + runtime
         pools: list[str | None] = [job.pool] if own is not None else []  # None: any host
         if own is None or sh.lend_pools:
             pools.append(None)
-        for k in self.sizes(job):
+        for k in sizes:
             for pool in pools:
                 key = ("place", sk, k, pool, resv_key)
                 if seen.refused(key):
@@ -313,13 +334,14 @@ class _Cycle:
                     f"{first.job_id} from t={first.start_s:.0f}",
                 )
             )
+            seen.answered(outcome_key, (self.waiting[-1].reason, self.waiting[-1].message))
             return
         if self.preempt(job, milli, self.narrowed(base, base_key, job.pool) if own is not None else base, sk):
             return
-        diagnosis = seen.diagnosis(sk)
+        diagnosis = seen.answer(sk)
         if diagnosis is None:
             diagnosis = diagnose(cap, wide.need)
-            seen.diagnosed(sk, diagnosis)
+            seen.answered(sk, diagnosis)
         reason, msg = diagnosis
         mode = sh.backfill
         if reason in _RESERVABLE and (
@@ -339,9 +361,11 @@ class _Cycle:
                 msg = f"{msg}; holds a reservation of {len(hosts)} host(s) from t={start:.0f} (in {start - now:.0f} s)"
                 reason = ReasonCode.WAITING_FOR_RESERVATION
                 seen.bump()
+        if reason is not ReasonCode.WAITING_FOR_RESERVATION:
+            seen.answered(outcome_key, (reason, msg))
         self.waiting.append(Waiting(job.job_id, reason, msg))
 
-    def fits_wide(self, wide: _Wide, sk: Shape) -> bool:
+    def fits_wide(self, wide: _Wide, sk: int) -> bool:
         """Whether the job would fit if it ignored reservations (remembered both ways until a change)."""
         seen = self.refusals
         if seen.holds(("fits", sk)):
@@ -354,7 +378,7 @@ class _Cycle:
         seen.refuse(("fits not", sk), wide.need)
         return False
 
-    def preempt(self, job: JobSpec, milli: int, mask: BoolArray | None, sk: Shape) -> bool:
+    def preempt(self, job: JobSpec, milli: int, mask: BoolArray | None, sk: int) -> bool:
         pre = self.sh.preemption
         if not pre.enabled or self.preemptors >= pre.max_preemptors_per_cycle:
             return False
