@@ -1,0 +1,178 @@
+"""The dashboard's own JSON endpoints under ``/ui/api``: what the REST API v1 does not give in one call.
+
+They read the server's parts from ``request.app.state.server`` (the object ``create_app`` stores there) and
+authenticate with its authenticator, so they take exactly the API's tokens. They reach the store only
+through that object, never by import, and turn its records into the small views of ``views`` before any
+payload is built: a tenant's token sees only its own jobs here as in the API.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
+from fastapi.responses import FileResponse
+
+from gpupool.domain.errors import NotFoundError
+from gpupool.domain.states import JobState
+from gpupool.web import simreport
+from gpupool.web.views import (
+    HostTelemetry,
+    JobView,
+    NodeView,
+    RankView,
+    fabric_payload,
+    host_payload,
+    lending,
+    pool_calendar,
+    queue_payload,
+)
+
+TelemetrySource = Callable[[], Mapping[str, HostTelemetry]]
+
+
+def _server(request: Request) -> Any:
+    # Typed Any on purpose: the web layer may not import the server or the store, only use what the app holds.
+    return request.app.state.server
+
+
+Srv = Annotated[Any, Depends(_server)]
+
+
+def _tenant(srv: Srv, authorization: Annotated[str | None, Header()] = None) -> str | None:
+    """The caller's tenant, or None for an admin; a missing or bad token is the API's own 401."""
+    who = srv.auth.principal(authorization)
+    if who.admin:
+        return None
+    tenant: str = who.tenant
+    return tenant
+
+
+Tenant = Annotated[str | None, Depends(_tenant)]
+
+
+def _admin(tenant: Tenant) -> None:
+    if tenant is not None:
+        raise HTTPException(status_code=403, detail="this needs an admin token")
+
+
+def _nodes(srv: Any) -> list[NodeView]:
+    return [NodeView(n.name, n.state.value, tuple(int(g) for g in n.health)) for n in srv.store.list_nodes()]
+
+
+def _ranks(srv: Any) -> list[RankView]:
+    assignments = srv.ops.assignments()
+    owners = {r.job_id: r.spec.tenant for r in srv.ops.specs(sorted({a.job_id for a in assignments}))}
+    return [RankView(a.job_id, owners.get(a.job_id, ""), a.rank, a.host, tuple(a.gpus)) for a in assignments]
+
+
+def _job_view(rec: Any) -> JobView:
+    s = rec.spec
+    return JobView(
+        job_id=s.job_id,
+        tenant=s.tenant,
+        pool=s.pool,
+        name=s.name,
+        priority=int(s.priority),
+        priority_name=s.priority.name.lower(),
+        tasks=s.tasks,
+        gpus_per_task=s.gpus_per_task,
+        submit_time_s=s.submit_time_s,
+        deadline_s=s.deadline_s,
+        estimated_runtime_s=s.estimated_runtime_s,
+        reason_code=rec.reason_code,
+        reason=rec.reason,
+    )
+
+
+def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
+    """The ``/ui/api`` routes; ``telemetry`` gives the latest GPU and port samples per host, if any are kept."""
+    router = APIRouter(prefix="/ui/api")
+
+    def samples() -> Mapping[str, HostTelemetry]:
+        return {} if telemetry is None else telemetry()
+
+    @router.get("/whoami")
+    def whoami(tenant: Tenant) -> dict[str, Any]:
+        return {"admin": tenant is None, "tenant": tenant}
+
+    @router.get("/fabric")
+    def fabric(srv: Srv, tenant: Tenant) -> dict[str, Any]:
+        fab, _ = srv.fabrics.current()
+        if fab is None:
+            raise NotFoundError("no fabric: none imported and no agent registered")
+        stored = srv.store.get_fabric()
+        version = 0 if stored is None else stored.version
+        return fabric_payload(fab, version, _nodes(srv), _ranks(srv), samples(), tenant)
+
+    @router.get("/hosts/{name}")
+    def host(name: str, srv: Srv, tenant: Tenant) -> dict[str, Any]:
+        fab, _ = srv.fabrics.current()
+        node = next((n for n in _nodes(srv) if n.name == name), None)
+        if node is None and (fab is None or not fab.has_host(name)):
+            raise NotFoundError(f"host {name!r} is neither in the fabric nor registered")
+        return host_payload(fab, name, node, _ranks(srv), samples().get(name), tenant)
+
+    @router.get("/queue")
+    def queue(srv: Srv, tenant: Tenant) -> dict[str, Any]:
+        pending = srv.store.list_jobs(tenant=tenant, state=JobState.PENDING, pool=None, limit=100_000, after=None)
+        now = float(srv.clock())
+        return {"now_s": now, "jobs": queue_payload([_job_view(r) for r in pending], now, tenant)}
+
+    @router.get("/jobs/{job_id}/placement")
+    def placement(job_id: str, srv: Srv, tenant: Tenant) -> dict[str, Any]:
+        rec = srv.store.get_job(job_id)
+        if tenant is not None and rec.spec.tenant != tenant:
+            raise NotFoundError(f"job {job_id!r} is not stored")
+        live = [{"rank": a.rank, "host": a.host, "gpus": list(a.gpus)} for a in srv.ops.job_assignments(job_id)]
+        if live:
+            return {"id": job_id, "live": True, "tasks": live}
+        # A finished job's allocation is gone; its last placement is in the audit log.
+        last: list[dict[str, Any]] = []
+        for e in srv.store.list_audit(subject=f"job/{job_id}", limit=100_000):
+            tasks = e.data.get("tasks") if e.action == "job.placed" else None
+            if isinstance(tasks, list):
+                last = [
+                    {"rank": i, "host": str(t.get("host", "")), "gpus": [int(g) for g in t.get("gpus", [])]}
+                    for i, t in enumerate(tasks)
+                    if isinstance(t, dict)
+                ]
+        return {"id": job_id, "live": False, "tasks": last}
+
+    @router.get("/pools")
+    def pools(srv: Srv, tenant: Tenant) -> dict[str, Any]:
+        now = float(srv.clock())
+        used: dict[tuple[str, str], float] = defaultdict(float)
+        for state in (JobState.PLACED, JobState.RUNNING):
+            for r in srv.store.list_jobs(tenant=tenant, state=state, pool=None, limit=100_000, after=None):
+                share = 1.0 if r.spec.share is None else r.spec.share.milli_gpu / 1000.0
+                used[(r.spec.tenant, r.spec.pool)] += r.spec.tasks * r.spec.gpus_per_task * share
+        quotas = [(q.tenant, q.pool, q.gpu_model, q.nominal_gpus, q.cohort) for q in srv.store.list_quotas(tenant)]
+        return {
+            "now_s": now,
+            "pools": [
+                {
+                    "name": p.name,
+                    "version": p.version,
+                    "default_pool": p.calendar.default_pool,
+                    "timezone": p.calendar.timezone,
+                    "rules": pool_calendar(p.calendar, now),
+                }
+                for p in srv.store.list_pools()
+            ],
+            "quotas": lending(quotas, used, tenant),
+        }
+
+    @router.get("/sim", dependencies=[Depends(_admin)])
+    def sim(path: Annotated[str, Query(min_length=1, max_length=4096)]) -> dict[str, Any]:
+        return simreport.read_report(path)
+
+    @router.get("/sim/plot", dependencies=[Depends(_admin)], response_class=FileResponse)
+    def sim_plot(
+        path: Annotated[str, Query(min_length=1, max_length=4096)], name: Annotated[str, Query(max_length=256)]
+    ) -> FileResponse:
+        return FileResponse(simreport.plot_path(path, name), media_type="image/png")
+
+    return router
