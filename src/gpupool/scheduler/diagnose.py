@@ -22,21 +22,27 @@ def _gpus(n: int) -> str:
 def diagnose(cap: Capacity, need: Need) -> tuple[ReasonCode, str]:
     ix = cap.index
     job = need.job
-    mask = need.mask if need.mask is not None else np.ones(ix.n_hosts, dtype=np.bool_)
-    where = " on matching hosts" if need.mask is not None else ""
-    if not mask.any():
+    # Without a mask every host counts: the arrays themselves, no masked copies (a blocked queue asks often).
+    masked = need.mask is not None
+    mask = need.mask if need.mask is not None else np.ones(0, dtype=np.bool_)  # only read when masked
+    where = " on matching hosts" if masked else ""
+    if not (mask.any() if masked else ix.n_hosts > 0):
         what = []
         if job.gpu_models:
             what.append(f"GPU model {' or '.join(job.gpu_models)}")
         if job.node_selector:
             what.append("labels " + ",".join(f"{k}={v}" for k, v in job.node_selector))
         return ReasonCode.NO_MATCHING_HOSTS, f"no host has {' and '.join(what) or 'the requested properties'}"
-    if need.cpu > int(ix.host_cpu_millicores[mask].max()) or need.mem > int(ix.host_memory_mib[mask].max()):
+    cpu_max = ix.host_cpu_millicores[mask].max() if masked else ix.host_cpu_millicores.max()
+    mem_max = ix.host_memory_mib[mask].max() if masked else ix.host_memory_mib.max()
+    if need.cpu > int(cpu_max) or need.mem > int(mem_max):
         return ReasonCode.UNSATISFIABLE, f"a task needs {need.cpu} millicores and {need.mem} MiB; no host has that much"
     if need.share:
-        if need.share_mem > int(ix.gpu_memory_mib[mask].max()):
+        if need.share_mem > int((ix.gpu_memory_mib[mask] if masked else ix.gpu_memory_mib).max()):
             return ReasonCode.UNSATISFIABLE, f"needs {need.share_mem} MiB of GPU memory; the largest GPU has less"
-        fits = cap.usable & (cap.free_milli >= need.share_milli) & (cap.free_mem >= need.share_mem) & mask[:, None]
+        fits = cap.usable & (cap.free_milli >= need.share_milli) & (cap.free_mem >= need.share_mem)
+        if masked:
+            fits &= mask[:, None]
         n_fit = int(fits.sum())
         desc = f"{need.tasks} x {need.share_milli} milli-GPU/{need.share_mem} MiB"
         if n_fit == 0:
@@ -45,7 +51,7 @@ def diagnose(cap: Capacity, need: Need) -> tuple[ReasonCode, str]:
             return ReasonCode.TOPOLOGY, f"needs {desc} in {_SCOPE_WORDS[job.topology.scope]}; no such domain has room"
         return ReasonCode.NO_CAPACITY, f"needs {desc}; only {n_fit} GPU(s) can take one"
     T, g, total = need.tasks, need.gpus, need.total
-    host_gpus = np.where(mask, ix.host_gpus, 0)
+    host_gpus = np.where(mask, ix.host_gpus, 0) if masked else ix.host_gpus
     if g > int(host_gpus.max()):
         return (
             ReasonCode.UNSATISFIABLE,
@@ -59,7 +65,7 @@ def diagnose(cap: Capacity, need: Need) -> tuple[ReasonCode, str]:
             return ReasonCode.UNSATISFIABLE, (
                 f"needs {_gpus(total)} in {_SCOPE_WORDS[job.topology.scope]}; the largest has {static[1]}"
             )
-    free = np.where(mask, cap.free_whole, 0)
+    free = np.where(mask, cap.free_whole, 0) if masked else cap.free_whole
     n_free = int(free.sum())
     if n_free < total:
         return ReasonCode.NO_CAPACITY, f"needs {_gpus(total)}; {n_free} are free{where}"

@@ -195,8 +195,10 @@ def place_topology(cap: Capacity, need: Need, ctx: CycleContext) -> list[TaskPic
             return commit(cap, need, [(h, need.tasks)], HostOrder.COVER)
     if _nvlink_only(cap, need) or need.tasks == 1:
         return None
+    # Exact per-host task counts, computed at most once: levels that fail leave the capacity unchanged.
+    tph: list[IntArray] = []
     for li in need.levels:
-        picks = _in_level(cap, need, li, ctx)
+        picks = _in_level(cap, need, li, ctx, tph)
         if picks is not None:
             return picks
     return None
@@ -236,23 +238,27 @@ def single_host(cap: Capacity, need: Need, n: int, ctx: CycleContext) -> int | N
     return whole_host_for(cap, need, n, HostOrder.COVER, cpu, mem)
 
 
-def _in_level(cap: Capacity, need: Need, li: int, ctx: CycleContext) -> list[TaskPick] | None:
+def _in_level(cap: Capacity, need: Need, li: int, ctx: CycleContext, tph: list[IntArray]) -> list[TaskPick] | None:
     if need.mask is None:
         # The histograms count GPUs only: an upper bound when tasks also need CPU and memory. Try the
         # domains it suggests; only if none holds the gang, count exactly (O(hosts)).
-        picks = _in_level_by(cap, need, li, ctx, exact=False)
+        picks = _in_level_by(cap, need, li, ctx, None)
         if picks is not None or not (need.cpu or need.mem):
             return picks
-    return _in_level_by(cap, need, li, ctx, exact=True)
+    if not tph:
+        tph.append(cap.tasks_per_host(ctx.all_hosts, need.gpus, need.cpu, need.mem, need.mask))
+    return _in_level_by(cap, need, li, ctx, tph[0])
 
 
-def _in_level_by(cap: Capacity, need: Need, li: int, ctx: CycleContext, *, exact: bool) -> list[TaskPick] | None:
+def _in_level_by(
+    cap: Capacity, need: Need, li: int, ctx: CycleContext, tph_all: IntArray | None
+) -> list[TaskPick] | None:
+    """``tph_all``: exact task counts per host; None counts from the histograms (GPUs only)."""
     lv = cap.index.levels[li]
     T, g = need.tasks, need.gpus
-    if not exact:
+    if tph_all is None:
         per_dom = cap.hist[li] @ (np.arange(cap.G + 1, dtype=np.int64) // g)
     else:
-        tph_all = cap.tasks_per_host(ctx.all_hosts, g, need.cpu, need.mem, need.mask)
         per_dom = np.bincount(lv.ids, weights=tph_all, minlength=lv.count).astype(np.int64)
     fit = np.flatnonzero(per_dom >= T)
     if fit.size == 0:

@@ -76,6 +76,16 @@ class Priority(_ByKey):
     def key(self, job: JobSpec, now_s: float, snapshot: ClusterSnapshot, config: SchedulerConfig) -> SortKey:
         return _tie(job)
 
+    def prepare(
+        self,
+        pending: Sequence[JobSpec],
+        now_s: float,
+        snapshot: ClusterSnapshot,
+        config: SchedulerConfig,
+        sharing: SharingPolicy | None,
+    ) -> KeyFn:
+        return _tie  # the same key without two calls per job: sorting 20,000 jobs is a cycle's fixed cost
+
 
 @dataclass(frozen=True, slots=True)
 class ShortestJobFirst(_ByKey):
