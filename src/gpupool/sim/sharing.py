@@ -29,6 +29,7 @@ class SharingOptions:
     lend_pools: bool = True  # with a calendar: jobs may borrow other pools' idle hosts
     deadline_admission: bool = False  # refuse deadline jobs that cannot finish in time even if started now
     default_runtime_s: float = 3600.0  # what backfill, deadlines and slack assume for a job without an estimate
+    grace_s: float = PreemptionConfig().grace_s  # a reclaim's victim checkpoints and is preempted this much later
 
     @property
     def any(self) -> bool:
@@ -48,7 +49,7 @@ def sharing_policy(options: SharingOptions, world: WorldConfig) -> SharingPolicy
     pre = PreemptionConfig(
         enabled=options.preemption,
         min_runtime_s=max(base.min_runtime_s, world.restart_overhead_s),
-        grace_s=base.grace_s,
+        grace_s=options.grace_s,
     )
     return SharingPolicy(
         calendar=options.calendar,
