@@ -1,6 +1,10 @@
 """Submit throughput of the REST API: a server of its own on loopback (scheduling loop running, 8 registered
 nodes), concurrent clients submitting jobs, one JSON line: backend, submits, submits_per_s, p99_ms.
 
+The clients are ``--procs`` processes, each an asyncio loop with ``--clients`` concurrent submitters on one
+keep-alive ``httpx.AsyncClient``: threads of a synchronous client in one process spent most of a core on the
+GIL and were measuring themselves. Server and clients share the machine (``cores`` in the output).
+
     python benchmarks/api_submit.py --backend sqlite
     python benchmarks/api_submit.py --backend postgres --database-url postgresql+psycopg://postgres@127.0.0.1/test
 """
@@ -8,7 +12,9 @@ nodes), concurrent clients submitting jobs, one JSON line: backend, submits, sub
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import multiprocessing
 import os
 import secrets
 import socket
@@ -32,11 +38,49 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def client_process(
+    base: str,
+    token: str,
+    clients: int,
+    start_at: float,
+    seconds: float,
+    results: multiprocessing.Queue[list[float] | str],
+) -> None:
+    """One client process: ``clients`` coroutines submitting in a loop on one keep-alive connection pool."""
+    try:
+        results.put(asyncio.run(_submitters(base, token, clients, start_at, seconds)))
+    except BaseException as e:  # report instead of leaving the parent waiting on the queue
+        results.put(f"client process failed: {e!r}")
+
+
+async def _submitters(base: str, token: str, clients: int, start_at: float, seconds: float) -> list[float]:
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30, limits=limits) as c:
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        end = time.perf_counter() + seconds
+
+        async def one(i: int) -> None:
+            n = i
+            while time.perf_counter() < end:
+                t0 = time.perf_counter()
+                r = await c.post("/v1/jobs", json={"command": ["true"], "gpus_per_task": 1 + n % 4})
+                if r.status_code != 201:
+                    raise RuntimeError(f"submit failed: {r.status_code} {r.text}")
+                latencies.append(time.perf_counter() - t0)
+                n += 1
+
+        await asyncio.gather(*(one(i) for i in range(clients)))
+    return latencies
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--backend", choices=["sqlite", "postgres"], required=True)
     p.add_argument("--database-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
-    p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--clients", type=int, default=16, help="concurrent submitters per client process")
+    p.add_argument("--procs", type=int, default=2, help="client processes")
     p.add_argument("--seconds", type=float, default=10.0)
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gpupool-bench-"))
@@ -88,29 +132,23 @@ def main() -> None:
                 json={"host": f"gpu-{h:02d}", "gpus": gpus},
                 headers={"Authorization": f"Bearer {join}"},
             ).raise_for_status()
-        latencies: list[list[float]] = [[] for _ in range(args.clients)]
-        stop = threading.Event()
-
-        def client(i: int) -> None:
-            with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as c:
-                n = 0
-                while not stop.is_set():
-                    t0 = time.perf_counter()
-                    r = c.post("/v1/jobs", json={"command": ["true"], "gpus_per_task": 1 + n % 4})
-                    if r.status_code != 201:
-                        raise SystemExit(f"submit failed: {r.status_code} {r.text}")
-                    latencies[i].append(time.perf_counter() - t0)
-                    n += 1
-
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
-        start = time.perf_counter()
-        for t in threads:
-            t.start()
-        stop.wait(args.seconds)
-        stop.set()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - start
+        ctx = multiprocessing.get_context("spawn")
+        results: multiprocessing.Queue[list[float] | str] = ctx.Queue()
+        start_at = time.time() + 1.0  # every process starts submitting at once, after its imports
+        procs = [
+            ctx.Process(target=client_process, args=(base, token, args.clients, start_at, args.seconds, results))
+            for _ in range(args.procs)
+        ]
+        for cp in procs:
+            cp.start()
+        gathered = [results.get(timeout=args.seconds + 120) for _ in procs]
+        for cp in procs:
+            cp.join(30)
+        failures = [g for g in gathered if isinstance(g, str)]
+        if failures:
+            raise SystemExit(failures[0])
+        latencies = [g for g in gathered if isinstance(g, list)]
+        elapsed = args.seconds
         metrics = httpx.get(f"{base}/metrics").text
         placements = next(
             (float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("gpupool_placements_total")),
@@ -128,7 +166,9 @@ def main() -> None:
         "submits": len(lat),
         "submits_per_s": round(len(lat) / elapsed, 1),
         "p99_ms": round(1000 * lat[int(0.99 * (len(lat) - 1))], 2) if lat else None,
-        "clients": args.clients,
+        "clients": args.clients * args.procs,
+        "client_procs": args.procs,
+        "cores": os.cpu_count(),
         "seconds": round(elapsed, 2),
         "placements": placements,
     }

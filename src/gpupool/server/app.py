@@ -89,7 +89,7 @@ def create_app(settings: Settings, *, clock: Callable[[], float] | None = None, 
     ) -> proto.RegisterReply:
         if body.protocol != proto.PROTOCOL_VERSION:
             raise InputError(f"protocol {body.protocol} is not spoken here (1 is)", source="body.protocol")
-        address = request.client.host if request.client is not None else ""
+        address = body.address or (request.client.host if request.client is not None else "")
         return s.gateway.register(body, bearer(authorization), address)
 
     @app.post("/v1/agents/{host}/heartbeat", response_model=proto.HeartbeatReply)

@@ -14,6 +14,7 @@ from gpupool.server.leader import LeaderLock
 from gpupool.server.loop import SchedulingLoop, SignalQueue
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.settings import Settings
+from gpupool.server.submits import SubmitWriter
 from gpupool.store import Store
 from gpupool.store.server_ops import ServerOps
 
@@ -29,9 +30,11 @@ class Server:
     auth: Authenticator
     metrics: ServerMetrics
     clock: Callable[[], float]
+    submits: SubmitWriter
 
     def close(self) -> None:
         self.loop.stop()
+        self.submits.close()
         self.store.close()
 
 
@@ -42,7 +45,6 @@ def build_server(
     store = Store(settings.url, clock=clock)
     store.migrate()
     ops = ServerOps(store)
-    ops.migrate()
     fabrics = FabricCache(store, ops)
     metrics = ServerMetrics(store, clock)
     signals = SignalQueue()
@@ -51,4 +53,4 @@ def build_server(
     )
     gateway = AgentGateway(store, ops, fabrics, settings, signals, loop.wake, clock)
     auth = Authenticator(store, settings.admin_token, settings.auth_cache_s, clock)
-    return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock)
+    return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, SubmitWriter(ops))

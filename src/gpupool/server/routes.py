@@ -22,7 +22,7 @@ from gpupool.server.auth import actor
 from gpupool.server.convert import job_out, to_spec
 from gpupool.server.core import Server
 from gpupool.store import JobRecord, Principal
-from gpupool.store.server_ops import assignment_id
+from gpupool.store.server_ops import Submission, assignment_id
 
 router = APIRouter(prefix="/v1")
 
@@ -84,7 +84,7 @@ def submit_job(
     job_id = f"j-{int(now * 1000):x}-{secrets.token_hex(4)}"
     spec = to_spec(body, job_id, tenant, now)
     key = idempotency_key or body.idempotency_key
-    rec, created = srv.ops.submit(spec, body.command, body.env, key, actor(who))
+    rec, created = srv.submits.submit(Submission(spec, tuple(body.command), body.env, key, actor(who)))
     if created:
         srv.metrics.submits.inc()
         srv.loop.wake()

@@ -15,6 +15,10 @@ from gpupool.store.records import (
     TenantRecord,
     UsageTotal,
 )
+
+# Importing server_ops here means every row class is on Base.metadata whenever the store is imported, so the
+# migrations and the drift check always see the whole schema.
+from gpupool.store.server_ops import ServerOps
 from gpupool.store.store import Store
 
 __all__ = [
@@ -24,6 +28,7 @@ __all__ = [
     "NodeRecord",
     "PoolRecord",
     "Principal",
+    "ServerOps",
     "Store",
     "StoredFabric",
     "TenantRecord",

@@ -171,3 +171,25 @@ class UsageIntervalRow(Base):
     milli_gpu: Mapped[int] = mapped_column(Integer)
     start_s: Mapped[float] = mapped_column(Float)
     end_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class JobCommandRow(Base):
+    """A job's command: not part of ``JobSpec`` (the scheduler never needs it), written with the job row."""
+
+    __tablename__ = "server_job_commands"
+    job_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    argv: Mapped[str] = mapped_column(Text)  # JSON list of strings: never a shell string
+    env: Mapped[str] = mapped_column(Text, default="{}")  # JSON object of extra variables
+
+
+class AgentRow(Base):
+    """An agent's registration: the node token's hash, its URL and address, its inventory."""
+
+    __tablename__ = "server_agents"
+    host: Mapped[str] = mapped_column(String(256), primary_key=True)
+    token_id: Mapped[str] = mapped_column(String(32))
+    token_hash: Mapped[str] = mapped_column(String(256))
+    agent_url: Mapped[str] = mapped_column(Text, default="")
+    address: Mapped[str] = mapped_column(String(256), default="")
+    inventory: Mapped[str] = mapped_column(Text, default="{}")  # the RegisterRequest as JSON
+    registered_s: Mapped[float] = mapped_column(Float)

@@ -3,8 +3,8 @@
 A job's command (argv and extra environment) is not part of ``JobSpec`` (the scheduler never needs it), so it
 lives in its own table and is written in the same transaction as the job row: no job is ever stored without
 its command. Agents' registrations (the node token's hash, the agent's URL and address, its inventory) live
-here too. These tables sit on their own ``MetaData`` created with ``create_all`` so that this module stays
-outside the Alembic stream of the core schema until the lead folds it into a numbered migration.
+here too. Their rows (``JobCommandRow``, ``AgentRow``) are store rows on the shared metadata, created by
+migration 0002.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Float, MetaData, String, Text, bindparam, insert, select, update
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
-from gpupool.domain.errors import ConflictError, InputError, NotFoundError
+from gpupool.domain.errors import ConflictError, GpupoolError, InputError, NotFoundError, UnknownNameError
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.states import JobState
 from gpupool.store import tokens
@@ -25,30 +24,19 @@ from gpupool.store.base import dumps, loads
 from gpupool.store.codec import spec_to_json
 from gpupool.store.jobs import MAX_KEY, job_record
 from gpupool.store.records import JobRecord
-from gpupool.store.rows import AllocationRow, AuditRow, FabricRow, JobRow
+from gpupool.store.rows import AgentRow, AllocationRow, AuditRow, FabricRow, JobCommandRow, JobRow, TenantRow
 from gpupool.store.store import Store
 
 
-class ServerBase(DeclarativeBase):
-    metadata = MetaData()
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """One job to store: its spec, command, idempotency key (None: none) and who submits it."""
 
-
-class JobCommandRow(ServerBase):
-    __tablename__ = "server_job_commands"
-    job_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    argv: Mapped[str] = mapped_column(Text)  # JSON list of strings: never a shell string
-    env: Mapped[str] = mapped_column(Text, default="{}")  # JSON object of extra variables
-
-
-class AgentRow(ServerBase):
-    __tablename__ = "server_agents"
-    host: Mapped[str] = mapped_column(String(256), primary_key=True)
-    token_id: Mapped[str] = mapped_column(String(32))
-    token_hash: Mapped[str] = mapped_column(String(256))
-    agent_url: Mapped[str] = mapped_column(Text, default="")
-    address: Mapped[str] = mapped_column(String(256), default="")
-    inventory: Mapped[str] = mapped_column(Text, default="{}")  # the RegisterRequest as JSON
-    registered_s: Mapped[float] = mapped_column(Float)
+    spec: JobSpec
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    idempotency_key: str | None
+    actor: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,13 +85,6 @@ class ServerOps:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def migrate(self) -> None:
-        # Two replicas starting at once may both try to create a table; the loser sees it exists and goes on.
-        try:
-            ServerBase.metadata.create_all(self.store._engine, checkfirst=True)
-        except (IntegrityError, ProgrammingError, OperationalError):
-            ServerBase.metadata.create_all(self.store._engine, checkfirst=True)
-
     # -- jobs --------------------------------------------------------------------------------------------------
     def submit(
         self,
@@ -114,58 +95,123 @@ class ServerOps:
         actor: str,
     ) -> tuple[JobRecord, bool]:
         """Store a pending job and its command in one transaction; the same key again returns the first job."""
-        if not argv:
-            raise InputError("a job needs a command (argv)", source=f"job {spec.job_id}")
-        if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_KEY:
-            raise InputError(f"an idempotency key has 1..{MAX_KEY} characters", source=f"job {spec.job_id}")
-        st = self.store
+        (out,) = self.submit_many([Submission(spec, tuple(argv), dict(env), idempotency_key, actor)])
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def submit_many(self, batch: Sequence[Submission]) -> list[tuple[JobRecord, bool] | GpupoolError]:
+        """Store many submissions in one transaction (one commit for all): per item, (record, created) or the
+        error that refused it alone. A key seen earlier in the batch or already stored returns that job.
+
+        A batch the database refuses as a whole (another replica stored one of the keys, or an id, between
+        our read and our commit) is retried one submission per transaction, so each item gets its own answer.
+        """
+        out: list[tuple[JobRecord, bool] | GpupoolError | None] = [None] * len(batch)
+        for i, sub in enumerate(batch):
+            if not sub.argv:
+                out[i] = InputError("a job needs a command (argv)", source=f"job {sub.spec.job_id}")
+            elif sub.idempotency_key is not None and not 0 < len(sub.idempotency_key) <= MAX_KEY:
+                out[i] = InputError(f"an idempotency key has 1..{MAX_KEY} characters", source=f"job {sub.spec.job_id}")
+        todo = [i for i in range(len(batch)) if out[i] is None]
+        if not todo:
+            return [o for o in out if o is not None]
         try:
-            with st._tx(write=True) as s:
-                if idempotency_key is not None:
-                    row = s.scalar(
-                        select(JobRow).where(JobRow.tenant == spec.tenant, JobRow.idempotency_key == idempotency_key)
-                    )
-                    if row is not None:
-                        return job_record(row), False
-                st._require_tenant(s, spec.tenant)
-                now = st._clock()
-                s.execute(
-                    insert(JobRow).values(
-                        id=spec.job_id,
-                        tenant=spec.tenant,
-                        pool=spec.pool,
-                        name=spec.name,
-                        priority=int(spec.priority),
-                        state=JobState.PENDING.value,
-                        submit_time_s=spec.submit_time_s,
-                        spec=spec_to_json(spec),
-                        idempotency_key=idempotency_key,
-                        version=1,
-                        reason_code="",
-                        reason="",
-                        created_s=now,
-                        updated_s=now,
-                    )
-                )
-                s.execute(
-                    insert(JobCommandRow).values(job_id=spec.job_id, argv=dumps(list(argv)), env=dumps(dict(env)))
-                )
-                data = {"key": idempotency_key, "argv": list(argv)}
-                s.execute(
-                    insert(AuditRow).values(
-                        at_s=now, actor=actor, action="job.submitted", subject=f"job/{spec.job_id}", data=dumps(data)
-                    )
-                )
-            return JobRecord(spec, JobState.PENDING, 1, idempotency_key, "", "", now, now), True
+            self._submit_batch(batch, todo, out)
         except IntegrityError:
-            if idempotency_key is not None:
-                with st._tx(write=False) as s:
-                    row = s.scalar(
-                        select(JobRow).where(JobRow.tenant == spec.tenant, JobRow.idempotency_key == idempotency_key)
+            if len(todo) == 1:
+                self._after_conflict(batch[todo[0]], todo[0], out)
+            else:
+                for i in todo:
+                    out[i] = self.submit_many([batch[i]])[0]
+        assert all(o is not None for o in out)
+        return [o for o in out if o is not None]
+
+    def _submit_batch(
+        self, batch: Sequence[Submission], todo: list[int], out: list[tuple[JobRecord, bool] | GpupoolError | None]
+    ) -> None:
+        st = self.store
+        with st._tx(write=True) as s:
+            tenants = sorted({batch[i].spec.tenant for i in todo})
+            known = set(s.scalars(select(TenantRow.name).where(TenantRow.name.in_(tenants))))
+            keyed: dict[tuple[str, str], JobRecord] = {}
+            for tenant in tenants:
+                keys = sorted(
+                    {k for i in todo if batch[i].spec.tenant == tenant for k in [batch[i].idempotency_key] if k}
+                )
+                for start in range(0, len(keys), 500):
+                    q = select(JobRow).where(
+                        JobRow.tenant == tenant, JobRow.idempotency_key.in_(keys[start : start + 500])
                     )
-                    if row is not None:
-                        return job_record(row), False
-            raise ConflictError(f"job {spec.job_id}: a job with this id already exists") from None
+                    for row in s.scalars(q):
+                        assert row.idempotency_key is not None
+                        keyed[(tenant, row.idempotency_key)] = job_record(row)
+            now = st._clock()
+            jobs: list[dict[str, Any]] = []
+            commands: list[dict[str, Any]] = []
+            audits: list[dict[str, Any]] = []
+            for i in todo:
+                sub = batch[i]
+                spec, key = sub.spec, sub.idempotency_key
+                if key is not None and (spec.tenant, key) in keyed:
+                    out[i] = (keyed[(spec.tenant, key)], False)
+                    continue
+                if spec.tenant not in known:
+                    out[i] = UnknownNameError(f"unknown tenant {spec.tenant!r}")
+                    continue
+                jobs.append(
+                    {
+                        "id": spec.job_id,
+                        "tenant": spec.tenant,
+                        "pool": spec.pool,
+                        "name": spec.name,
+                        "priority": int(spec.priority),
+                        "state": JobState.PENDING.value,
+                        "submit_time_s": spec.submit_time_s,
+                        "spec": spec_to_json(spec),
+                        "idempotency_key": key,
+                        "version": 1,
+                        "reason_code": "",
+                        "reason": "",
+                        "created_s": now,
+                        "updated_s": now,
+                    }
+                )
+                commands.append({"job_id": spec.job_id, "argv": dumps(list(sub.argv)), "env": dumps(dict(sub.env))})
+                data = {"key": key, "argv": list(sub.argv)}
+                audits.append(
+                    {
+                        "at_s": now,
+                        "actor": sub.actor,
+                        "action": "job.submitted",
+                        "subject": f"job/{spec.job_id}",
+                        "data": dumps(data),
+                    }
+                )
+                rec = JobRecord(spec, JobState.PENDING, 1, key, "", "", now, now)
+                out[i] = (rec, True)
+                if key is not None:
+                    keyed[(spec.tenant, key)] = rec  # a later submission of the batch with this key gets this job
+            if jobs:
+                # Core executemany: one round trip per table, whatever the batch size.
+                conn = s.connection()
+                conn.execute(insert(JobRow.__table__), jobs)  # type: ignore[arg-type]
+                conn.execute(insert(JobCommandRow.__table__), commands)  # type: ignore[arg-type]
+                conn.execute(insert(AuditRow.__table__), audits)  # type: ignore[arg-type]
+
+    def _after_conflict(self, sub: Submission, i: int, out: list[tuple[JobRecord, bool] | GpupoolError | None]) -> None:
+        """One submission refused by a unique constraint: its key was stored meanwhile, or its id is taken."""
+        if sub.idempotency_key is not None:
+            with self.store._tx(write=False) as s:
+                row = s.scalar(
+                    select(JobRow).where(
+                        JobRow.tenant == sub.spec.tenant, JobRow.idempotency_key == sub.idempotency_key
+                    )
+                )
+                if row is not None:
+                    out[i] = (job_record(row), False)
+                    return
+        out[i] = ConflictError(f"job {sub.spec.job_id}: a job with this id already exists")
 
     def command(self, job_id: str) -> JobCommand:
         with self.store._tx(write=False) as s:

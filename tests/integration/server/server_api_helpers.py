@@ -58,11 +58,12 @@ class Api:
         assert r.status_code == 201, r.text
         return {"Authorization": f"Bearer {r.json()['token']}"}
 
-    def register(self, host: str, gpus: int = 8, hcas: int = 2) -> dict[str, str]:
+    def register(self, host: str, gpus: int = 8, hcas: int = 2, address: str = "") -> dict[str, str]:
         join = self.client.post("/v1/join-tokens", json={}, headers=self.admin()).json()["token"]
         body = {
             "host": host,
             "agent_url": "",
+            "address": address,
             "cpu_millicores": 64_000,
             "memory_mib": 512_000,
             "gpus": [{"index": i, "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559} for i in range(gpus)],

@@ -69,13 +69,16 @@ def test_cancel_of_a_running_job_stops_it_on_the_next_heartbeat(api: Api) -> Non
 
 def test_a_gang_spans_nodes_with_one_master(api: Api) -> None:
     alice = api.tenant("alice")
-    nodes = {h: api.register(h, gpus=4) for h in ("gpu-01", "gpu-02")}
+    nodes = {h: api.register(h, gpus=4, address=f"10.0.0.{h[-1]}") for h in ("gpu-01", "gpu-02")}
     body = {**JOB, "tasks": 2, "gpus_per_task": 4}
     job_id = api.client.post("/v1/jobs", json=body, headers=alice).json()["job"]["id"]
     assert api.srv.loop.run_cycle().placed == 1
     launches = [c for h, n in nodes.items() for c in api.beat(h, n)]
     assert sorted(c["env"]["RANK"] for c in launches) == ["0", "1"]
     assert {c["env"]["WORLD_SIZE"] for c in launches} == {"2"}
+    # The address an agent gave at registration wins over the one its request came from.
+    master = next(h for h, n in nodes.items() for c in api.beat(h, n) if c["env"]["RANK"] == "0")
+    assert {c["env"]["MASTER_ADDR"] for c in launches} == {f"10.0.0.{master[-1]}"}
     assert len({c["env"]["MASTER_PORT"] for c in launches}) == 1
     assert {c["env"]["LOCAL_RANK"] for c in launches} == {"0"}
     assert api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "placed"

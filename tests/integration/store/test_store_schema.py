@@ -20,7 +20,7 @@ def test_migrate_from_empty_to_head_matches_the_models(db_url: str) -> None:
         assert schema_drift(engine) == []
         with engine.connect() as conn:
             head = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
-        assert head == "0001"
+        assert head == "0002"
     finally:
         engine.dispose()
 
@@ -67,3 +67,27 @@ def test_bad_database_urls_are_refused_with_a_clear_error() -> None:
         make_engine("sqlite://")
     with pytest.raises(InputError, match="not a database URL"):
         make_engine("::nonsense::")
+
+
+def test_0002_adopts_server_tables_made_before_it_and_keeps_their_rows(db_url: str) -> None:
+    # A server older than 0002 made these two tables with create_all at 0001: upgrading must keep them.
+    engine = make_engine(db_url)
+    try:
+        migrate(engine, "0001")
+        assert "server_agents" not in sa.inspect(engine).get_table_names()
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "CREATE TABLE server_agents (host VARCHAR(256) PRIMARY KEY, token_id VARCHAR(32) NOT NULL,"
+                    " token_hash VARCHAR(256) NOT NULL, agent_url TEXT NOT NULL, address VARCHAR(256) NOT NULL,"
+                    " inventory TEXT NOT NULL, registered_s FLOAT NOT NULL)"
+                )
+            )
+            conn.execute(sa.text("INSERT INTO server_agents VALUES ('gpu-01', 'i', 'h', '', '', '{}', 1.0)"))
+        migrate(engine)
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT host FROM server_agents")).scalars().all() == ["gpu-01"]
+            assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0002"
+        assert {"server_agents", "server_job_commands"} <= set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
