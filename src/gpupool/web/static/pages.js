@@ -33,7 +33,7 @@
     });
     async function showHost(name) {
       const d = await GP.api('/ui/api/hosts/' + enc(name));
-      $('host').hidden = false;
+      $('host').hidden = false; document.body.classList.add('panel-open');
       $('host-name').textContent = d.name;
       const st = $('host-state'); st.textContent = d.state; st.dataset.state = d.state;
       const health = ['ok', 'degraded', 'bad'];
@@ -78,7 +78,7 @@
     };
     async function openJob(id, quiet) {
       open = id;
-      $('job').hidden = false; $('job-id').textContent = id;
+      $('job').hidden = false; document.body.classList.add('panel-open'); $('job-id').textContent = id;
       const [job, ev, pl] = await Promise.all([GP.api('/v1/jobs/' + enc(id)), GP.api('/v1/jobs/' + enc(id) + '/events'), GP.api('/ui/api/jobs/' + enc(id) + '/placement')]);
       $('cancel').hidden = !['pending', 'placed', 'running'].includes(job.state);
       GP.fill($('events').tBodies[0], ev.events.map((e) => GP.row([GP.time(e.at_s), e.actor, e.action])));
