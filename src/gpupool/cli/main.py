@@ -9,6 +9,7 @@ import typer
 from gpupool import __version__
 from gpupool.cli import client_cmds
 from gpupool.cli.agent import agent as agent_cmd
+from gpupool.cli.demo import demo as demo_cmd
 from gpupool.cli.errors import run_guarded
 from gpupool.cli.fabric import app as fabric_app
 from gpupool.cli.server import server
@@ -26,6 +27,7 @@ app.add_typer(sim_app, name="sim")
 app.command()(server)
 client_cmds.register(app)
 app.command("agent")(agent_cmd)
+app.command("demo")(demo_cmd)
 
 
 @app.command()
