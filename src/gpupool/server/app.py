@@ -30,6 +30,7 @@ from gpupool.server.core import build_server
 from gpupool.server.gateway import AuthError
 from gpupool.server.routes import AgentUnreachableError, ForbiddenError, Srv, router
 from gpupool.server.settings import Settings
+from gpupool.web import mount as mount_dashboard
 
 log = logging.getLogger("gpupool.server")
 
@@ -74,6 +75,7 @@ def create_app(settings: Settings, *, clock: Callable[[], float] | None = None, 
     app.state.server = srv
     app.add_exception_handler(GpupoolError, _error)
     app.include_router(router)
+    mount_dashboard(app)  # the dashboard at / and /ui, behind the same tokens
 
     @app.get("/healthz", response_model=api.HealthOut)
     def healthz(s: Srv) -> api.HealthOut:
