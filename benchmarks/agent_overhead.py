@@ -4,7 +4,11 @@ One sample = what the agent does every heartbeat interval: read GPU telemetry (t
 read /sys/class/infiniband and turn counters into rates, read new kernel-log XIDs, grade health. The
 emulated node advances between samples (traffic, temperatures) and that work is not counted. Prints one
 JSON line: cpu_ms_per_sample and pct_of_one_core at the interval (target < 1 % at 1 s).
-Usage: python benchmarks/agent_overhead.py [--samples 200] [--interval-s 1.0]
+
+Server intake (``--nodes N``, 0 to skip): a real ``gpupool server`` process on SQLite in a temp dir; N nodes
+register (8 GPUs, 8 HCAs each), then client threads send their heartbeats (8 GPU and 8 port samples, as the
+agent builds them) as fast as the server answers, for ``--intake-s`` seconds; adds heartbeats_per_s.
+Usage: python benchmarks/agent_overhead.py [--samples 200] [--interval-s 1.0] [--nodes 1000] [--intake-s 10]
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--interval-s", type=float, default=1.0)
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--intake-s", type=float, default=10.0)
+    ap.add_argument("--clients", type=int, default=16)
     args = ap.parse_args()
 
     fabric = superpod(1)
@@ -51,9 +58,11 @@ def main() -> None:
             wall += time.perf_counter() - w0
             assert len(health.gpus) == 8 and len(health.ports) == 8
     per_sample_s = cpu / args.samples
+    intake = server_intake(args.nodes, args.intake_s, args.clients) if args.nodes > 0 else {}
     print(
         json.dumps(
             {
+                **intake,
                 "benchmark": "agent_overhead_probes",
                 "gpus": 8,
                 "hcas": 8,
@@ -65,6 +74,98 @@ def main() -> None:
             }
         )
     )
+
+
+def server_intake(nodes: int, seconds: float, clients: int) -> dict[str, float | int]:
+    import os
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    import httpx
+
+    from gpupool.schemas import agent as wire
+
+    with tempfile.TemporaryDirectory() as tmp, socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        env = dict(os.environ, GPUPOOL_DATA_DIR=tmp, GPUPOOL_ADMIN_TOKEN="bench", GPUPOOL_PORT=str(port),
+                   GPUPOOL_LOG_LEVEL="warning", GPUPOOL_HEARTBEAT_INTERVAL_S="1", GPUPOOL_NODE_LOST_AFTER_S="3600")  # fmt: skip
+        server = subprocess.Popen([sys.executable, "-m", "gpupool", "server"], env=env)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            admin = httpx.Client(base_url=url, headers={"Authorization": "Bearer bench"}, timeout=30)
+            for _ in range(300):
+                try:
+                    if admin.get("/healthz").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            join = admin.post("/v1/join-tokens", json={}).json()["token"]
+            gpus = tuple(wire.GpuInfo(index=i, model="NVIDIA H100 80GB HBM3", memory_mib=81559) for i in range(8))
+            hcas = tuple(wire.HcaInfo(name=f"mlx5_{i}", guid=f"{i:016x}", rate_gbps=400.0) for i in range(8))
+            tokens: dict[str, str] = {}
+            for n in range(nodes):
+                req = wire.RegisterRequest(host=f"node{n:04d}", gpus=gpus, hcas=hcas)
+                r = admin.post("/v1/agents/register", content=req.model_dump_json(),
+                               headers={"Authorization": f"Bearer {join}", "Content-Type": "application/json"})  # fmt: skip
+                tokens[req.host] = r.json()["node_token"]
+            beat = wire.HeartbeatRequest(
+                seq=1,
+                at_s=0.0,
+                gpus=tuple(
+                    wire.GpuSample(
+                        index=i,
+                        utilization_pct=90.0,
+                        memory_used_mib=60000,
+                        temperature_c=70.0,
+                        power_w=650.0,
+                        ecc_uncorrected=0,
+                    )
+                    for i in range(8)
+                ),
+                ports=tuple(
+                    wire.PortSample(
+                        hca=f"mlx5_{i}", xmit_gbps=300.0, rcv_gbps=300.0, xmit_wait_per_s=0.0, errors_per_s=0.0
+                    )
+                    for i in range(8)
+                ),
+            ).model_dump_json()
+            hosts = sorted(tokens)
+            done = [0] * clients
+            errors = [0] * clients
+            stop_at = time.monotonic() + seconds
+
+            def client(k: int) -> None:
+                with httpx.Client(base_url=url, timeout=30) as c:
+                    i = k
+                    while time.monotonic() < stop_at:
+                        h = hosts[i % len(hosts)]
+                        r = c.post(f"/v1/agents/{h}/heartbeat", content=beat,
+                                   headers={"Authorization": f"Bearer {tokens[h]}", "Content-Type": "application/json"})  # fmt: skip
+                        done[k] += r.status_code == 200
+                        errors[k] += r.status_code != 200
+                        i += clients
+
+            t0 = time.monotonic()
+            threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wall = time.monotonic() - t0
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    return {
+        "intake_nodes": nodes,
+        "intake_clients": clients,
+        "heartbeats": sum(done),
+        "heartbeat_errors": sum(errors),
+        "heartbeats_per_s": round(sum(done) / wall, 1),
+    }
 
 
 if __name__ == "__main__":
