@@ -4,7 +4,7 @@
 
 The synthetic month (seeded), on a 1-SU DGX H100 SuperPOD (31 nodes, 248 GPUs):
 - Inference: 1-GPU replicas (as the DLRM trace's GPU instances), high priority, not preemptible, pool
-  ``inference``. The DLRM trace has no request rates and its alive-instance count is flat (3,078-3,445
+  ``inference``, pinned by a node selector to the hosts inference owns by day. The DLRM trace has no request rates and its alive-instance count is flat (3,078-3,445
   GPUs); its diurnal signal is the creation rate of instances by hour of day (5x from night to the
   10:00-19:00 peak). That profile, min-max scaled, sets the replicas wanted at each hour:
   ``night + (peak - night) x profile``; replicas arrive as a Poisson process at ``wanted / mean life`` per
@@ -12,9 +12,10 @@ The synthetic month (seeded), on a 1-SU DGX H100 SuperPOD (31 nodes, 248 GPUs):
 - Training: ITP cluster05's jobs (59 days) with their GPUs and durations, arrival times halved to fit a
   month, ``--copies`` copies each shifted by a random offset within a day; normal priority, preemptible,
   pool ``training``.
-- Lending: inference owns 75% of the pod 08:00-22:00 and 20% at night; idle hosts of either pool are lent
-  (reclaimed with a CHECKPOINT signal and a ``--grace`` of 30 s). Static: inference owns 75% at all times,
-  nothing is lent. Preemption is on in both.
+- calendar: inference owns 80% of the pod 08:00-22:00 and 25% at night; training gets the rest. lending:
+  the same calendar, and idle hosts of either pool are lent too (reclaimed with a CHECKPOINT signal and a
+  ``--grace`` of 30 s). static: inference owns 80% at all times, nothing is lent. In both, inference's demand target (``PoolDemand``) is its replicas' GPUs plus
+  ``--headroom`` 8, so a closing window does not take hosts its replicas still hold. Preemption is on in both; a scheduling cycle runs at most every ``--cycle`` 10 s, as a server loop would.
 - Training queueing: mean of (first start - submit) over training jobs. Inference SLO: a replica starts
   within 60 s of its arrival and is never preempted.
 """
@@ -30,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from gpupool.domain.calendar import parse_calendar
+from gpupool.domain.events import NodeLabelled
 from gpupool.domain.jobs import JobSpec, PriorityClass
 from gpupool.fabric.generators import superpod
 from gpupool.sim.engine import Engine, scheduler_config
@@ -48,10 +50,12 @@ default_pool = "training"
 [[pool]]
 name = "inference"
 sus = [1]
-share = 0.75
-share_outside = 0.2
+share = 0.8
+share_outside = 0.25
 windows = [{ days = "mon-sun", start = "08:00", end = "22:00" }]
 """
+INFERENCE_HOSTS = (("role", "inference"),)
+DAY_SHARE = 0.8
 STATIC = """
 timezone = "UTC"
 default_pool = "training"
@@ -59,7 +63,7 @@ default_pool = "training"
 [[pool]]
 name = "inference"
 sus = [1]
-share = 0.75
+share = 0.8
 """
 
 
@@ -78,7 +82,8 @@ def inference_jobs(profile: np.ndarray, days: float, night: int, peak: int, life
         wanted = night + (peak - night) * profile[hour % 24]
         n = int(rng.poisson(wanted * 3600.0 / life_s))
         for t in np.sort(rng.uniform(hour * 3600.0, (hour + 1) * 3600.0, size=n)):
-            spec = JobSpec(f"inf{len(out):06d}", float(t), pool="inference", priority=PriorityClass.HIGH)
+            spec = JobSpec(f"inf{len(out):06d}", float(t), pool="inference", priority=PriorityClass.HIGH,
+                           node_selector=INFERENCE_HOSTS)  # fmt: skip
             out.append(SimJob(spec, float(max(60.0, rng.exponential(life_s))), "inference"))
     return out
 
@@ -108,19 +113,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--night-gpus", type=int, default=40)
     ap.add_argument("--peak-gpus", type=int, default=170)
     ap.add_argument("--grace", type=float, default=30.0)
+    ap.add_argument("--headroom", type=int, default=8, help="GPUs over the services' own in their demand target")
+    ap.add_argument("--cycle", type=float, default=10.0, help="seconds between scheduling cycles at most")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--arms", nargs="+", default=["lending", "static"])
+    ap.add_argument("--arms", nargs="+", default=["calendar", "lending", "static"])
     args = ap.parse_args(argv)
     fabric = superpod(1)
     jobs = inference_jobs(dlrm_profile(DLRM), args.days, args.night_gpus, args.peak_gpus, 3600.0, args.seed)
     jobs += training_jobs(args.days, args.copies, args.seed)
-    world = WorldConfig()
+    world = WorldConfig(min_cycle_interval_s=args.cycle)
     for arm in args.arms:
-        text, lend = (LENDING, True) if arm == "lending" else (STATIC, False)
+        text, lend = {"lending": (LENDING, True), "calendar": (LENDING, False), "static": (STATIC, False)}[arm]
         opts = SharingOptions(preemption=True, calendar=parse_calendar(text, arm), lend_pools=lend, grace_s=args.grace)
         t0 = time.perf_counter()
-        res = Engine(fabric, jobs, scheduler_config("priority", "topology", seed=args.seed), world,
-                     seed=args.seed, sharing=sharing_policy(opts, world)).run()  # fmt: skip
+        engine = Engine(fabric, jobs, scheduler_config("priority", "topology", seed=args.seed), world,
+                        seed=args.seed, sharing=sharing_policy(opts, world),
+                        demand_headroom_gpus=args.headroom)  # fmt: skip
+        # Replicas are pinned to the hosts inference owns by day (the calendar's prefix of the SU): a
+        # scheduler pool reclaim does not spare non-preemptible jobs, so a replica must not borrow training's.
+        for h in fabric.hosts[: round(DAY_SHARE * len(fabric.hosts))]:
+            engine.state.apply(NodeLabelled(h.name, INFERENCE_HOSTS, 0.0))
+        res = engine.run()
         m = compute_metrics(res, inference_slo_wait_s=world.inference_slo_wait_s)
         train = [r for r in res.records if r.kind == "training"]
         waits = [r.queue_s for r in train if r.queue_s is not None]

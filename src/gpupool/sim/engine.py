@@ -23,7 +23,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from gpupool.domain.events import (
     TelemetryReported,
 )
 from gpupool.domain.jobs import Allocation
+from gpupool.domain.sharing import PoolDemand
 from gpupool.domain.states import NodeState
 from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.model import Domain, Tier
@@ -92,6 +93,7 @@ class Engine:
         seed: int = 0,
         progress: Progress | None = None,
         sharing: SharingPolicy | None = None,
+        demand_headroom_gpus: int | None = None,
     ) -> None:
         self.fabric = fabric
         self.config = config
@@ -99,6 +101,10 @@ class Engine:
         self.wakes_due = 0  # signal wake-ups still in the heap: the run is not over while one is due
         self.calendar_wake = math.inf  # the calendar boundary a wake-up is queued for
         self.idle_wakes = 0  # cycles in a row with nothing running
+        # With a headroom, each pool's inference services (running or waiting) plus the headroom are its
+        # demand target (``PoolDemand``), so a calendar window never takes hosts its services still need.
+        self.demand_headroom = demand_headroom_gpus if sharing is not None else None
+        self.service_gpus: dict[str, tuple[int, float]] = {}  # pool -> (GPUs, since when the target is that high)
         self.world = world or WorldConfig()
         ckpt = self.world.checkpoint_interval_s
         self.checkpoint_every = ckpt if sharing is not None and sharing.preemption.enabled and ckpt > 0 else 0.0
@@ -151,6 +157,8 @@ class Engine:
                 spec = self.arrivals[nxt].spec
                 self.state.apply(JobSubmitted(spec, t))
                 self.pending[spec.job_id] = None
+                if self.demand_headroom is not None and self.arrivals[nxt].kind == "inference":
+                    self._demand(spec.pool, spec.total_gpus, t)
                 nxt += 1
                 dirty = True
                 self.events += 1
@@ -214,6 +222,8 @@ class Engine:
                 return False
             self.state.apply(JobFinished(key, t))
             tr.end = t
+            if self.demand_headroom is not None and tr.job.kind == "inference":
+                self._demand(tr.job.spec.pool, -tr.job.spec.total_gpus, t)
             tr.remaining_s = 0.0
             self._release(key, t)
             self.finished += 1
@@ -258,7 +268,14 @@ class Engine:
         """One scheduling cycle at ``t``; whether it preempted anything."""
         self.cycles += 1
         pending = tuple(self.track[j].job.spec for j in self.pending)
-        result = schedule(ScheduleRequest(self.state.snapshot(), pending, t, self.config, self.sharing))
+        sharing = self.sharing
+        if sharing is not None and self.demand_headroom is not None:
+            demand = tuple(
+                PoolDemand(pool, gpus, 1, since, self.demand_headroom)
+                for pool, (gpus, since) in self.service_gpus.items()
+            )
+            sharing = replace(sharing, pool_demand=demand)
+        result = schedule(ScheduleRequest(self.state.snapshot(), pending, t, self.config, sharing))
         for s in result.signals:
             if s.kind is SignalKind.CHECKPOINT and self.state.job_state(s.job_id) is not None:
                 self._signalled(s.job_id, t, s.preempt_at_s)
@@ -272,6 +289,11 @@ class Engine:
             self._place(alloc, t)
         self.queue_len.append((t, len(self.pending)))
         return preempted
+
+    def _demand(self, pool: str, delta: int, t: float) -> None:
+        gpus, since = self.service_gpus.get(pool, (0, t))
+        # The grace of borrowers counts from the moment the target grew; shrinking keeps the older time.
+        self.service_gpus[pool] = (gpus + delta, t if delta > 0 else since)
 
     def _signalled(self, key: str, t: float, preempt_at_s: float) -> None:
         """A CHECKPOINT signal: the job saves its progress now (once per signal) and a cycle wakes when its

@@ -78,7 +78,16 @@ def simulate(
     jobs, skipped = sim_jobs(trace, fabric, know_durations=know_durations, preemptible=opts.preemption)
     cfg = scheduler_config(policy, placement, seed=seed)
     policy_obj = sharing_policy(opts, world)
-    result = Engine(fabric, jobs, cfg, world, seed=seed, progress=progress, sharing=policy_obj).run()
+    result = Engine(
+        fabric,
+        jobs,
+        cfg,
+        world,
+        seed=seed,
+        progress=progress,
+        sharing=policy_obj,
+        demand_headroom_gpus=opts.demand_headroom_gpus,
+    ).run()
     metrics = compute_metrics(result, inference_slo_wait_s=world.inference_slo_wait_s)
     metrics["skipped_jobs_without_gpus"] = skipped
     metrics["bad_rows_skipped"] = len(trace.bad_rows)

@@ -29,6 +29,7 @@ class SharingOptions:
     lend_pools: bool = True  # with a calendar: jobs may borrow other pools' idle hosts
     deadline_admission: bool = False  # refuse deadline jobs that cannot finish in time even if started now
     default_runtime_s: float = 3600.0  # what backfill, deadlines and slack assume for a job without an estimate
+    demand_headroom_gpus: int | None = None  # services' GPUs plus this are their pool's demand target (None: off)
     grace_s: float = PreemptionConfig().grace_s  # a reclaim's victim checkpoints and is preempted this much later
 
     @property
