@@ -140,7 +140,7 @@ def _run_state(first: list[JobSpec], sh: SharingPolicy, cfg: SchedulerConfig, t0
     return state
 
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
@@ -220,3 +220,45 @@ def test_refusals_of_bounded_searches_last_only_until_the_state_changes() -> Non
     off = Refusals(cap, enabled=False)
     off.refuse("plain", plain)
     assert not off.refused("plain")
+
+
+def _started(jobs: list[JobSpec], at: float, **cfg: object) -> ClusterState:
+    state = ClusterState(IX)
+    r = schedule(ScheduleRequest(state.snapshot(), tuple(jobs), at, SchedulerConfig(**cfg)))  # type: ignore[arg-type]
+    by_id = {j.job_id: j for j in jobs}
+    for a in r.placements:
+        state.apply(JobSubmitted(by_id[a.job_id], at))
+        state.apply(JobPlaced(a, at))
+        state.apply(JobStarted(a.job_id, at))
+    assert len(r.placements) == len(jobs)
+    return state
+
+
+def test_a_refusal_is_not_reused_for_a_job_of_the_same_shape_that_may_preempt() -> None:
+    # Every GPU runs preemptible low-priority work; a low-priority job has no victims, a high one does.
+    state = _started([make_job(f"r{i}", gpus=8, preemptible=True, priority=1) for i in range(8)], 0.0)
+    low = make_job("low", gpus=8, t=1.0, priority=1)
+    high = make_job("high", gpus=8, t=2.0, priority=3)
+    sh = SharingPolicy(preemption=PreemptionConfig(min_runtime_s=10.0))
+    req = ScheduleRequest(state.snapshot(), (low, high), 100.0, SchedulerConfig(policy="fifo"), sh)
+    result = schedule(req)
+    assert result == schedule_shared(req, remember_refusals=False)
+    why = {w.job_id: w.reason for w in result.waiting}
+    assert why == {"low": ReasonCode.NO_CAPACITY, "high": ReasonCode.PREEMPTING}
+
+
+def test_a_reserved_refusal_is_not_reused_for_a_shorter_job_of_the_same_shape() -> None:
+    # node001 (4 GPUs free) is reserved for the head from t=1000; only a job ending by then may use it.
+    half = make_job("half", gpus=4, estimated_runtime_s=1000.0)
+    full = [make_job(f"f{i}", gpus=8, t=1.0 + i, estimated_runtime_s=5000.0) for i in range(7)]
+    state = _started([half, *full], 0.0, policy="fifo", placer="first-fit")
+    head = make_job("head", gpus=8, t=10.0)
+    long = make_job("long", gpus=4, t=11.0, estimated_runtime_s=5000.0)
+    short = make_job("short", gpus=4, t=12.0, estimated_runtime_s=500.0)
+    sh = SharingPolicy(backfill=BackfillMode.EASY)
+    req = ScheduleRequest(state.snapshot(), (head, long, short), 100.0, SchedulerConfig(policy="fifo"), sh)
+    result = schedule(req)
+    assert result == schedule_shared(req, remember_refusals=False)
+    why = {w.job_id: w.reason for w in result.waiting}
+    assert why == {"head": ReasonCode.WAITING_FOR_RESERVATION, "long": ReasonCode.RESERVED}
+    assert [a.job_id for a in result.placements] == ["short"]
