@@ -150,10 +150,12 @@ def main() -> None:
         latencies = [g for g in gathered if isinstance(g, list)]
         elapsed = args.seconds
         metrics = httpx.get(f"{base}/metrics").text
-        placements = next(
-            (float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("gpupool_placements_total")),
-            0.0,
-        )
+        series = {
+            line.split()[0]: float(line.split()[-1]) for line in metrics.splitlines() if line[:1] not in ("#", "")
+        }
+        placements = series.get("gpupool_placements_total", 0.0)
+        cycles = series.get("gpupool_schedule_cycle_seconds_count", 0.0)
+        cycle_s = series.get("gpupool_schedule_cycle_seconds_sum", 0.0)
     finally:
         proc.terminate()
         proc.wait(30)
@@ -171,6 +173,8 @@ def main() -> None:
         "cores": os.cpu_count(),
         "seconds": round(elapsed, 2),
         "placements": placements,
+        "cycles": cycles,
+        "cycle_ms_mean": round(1000 * cycle_s / cycles, 1) if cycles else None,
     }
     print(json.dumps(out))
 

@@ -36,6 +36,10 @@ class SubmitWriter:
 
     def submit(self, sub: Submission) -> tuple[JobRecord, bool]:
         """Store ``sub`` (see ``ServerOps.submit``); returns after its transaction committed."""
+        return self.enqueue(sub).result()
+
+    def enqueue(self, sub: Submission) -> Future[tuple[JobRecord, bool]]:
+        """Queue ``sub``; the future is done once its transaction committed (or refused it)."""
         fut: Future[tuple[JobRecord, bool]] = Future()
         with self._lock:
             if self._closed:
@@ -44,7 +48,7 @@ class SubmitWriter:
                 self._thread = threading.Thread(target=self._run, name="gpupool-submits", daemon=True)
                 self._thread.start()
             self._queue.put((sub, fut))
-        return fut.result()
+        return fut
 
     def close(self) -> None:
         with self._lock:
