@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.domain.errors import InputError
+from gpupool.domain.jobs import Scope, TopologyMode, TopologyRequirement
 from gpupool.fabric import jsonio
 from gpupool.fabric.fabric import Fabric
+from gpupool.fabric.model import Domain
 from gpupool.sim.engine import Engine, Progress, SimResult, scheduler_config
 from gpupool.sim.fabrics import nodes_fabric, uniform_fabric
 from gpupool.sim.metrics import compute_metrics
@@ -41,10 +43,19 @@ def cluster_fabric(trace: Trace, fabric_path: Path | None, gpus: int | None, gpu
 
 
 def sim_jobs(
-    trace: Trace, fabric: Fabric, *, know_durations: bool = False, preemptible: bool = False
+    trace: Trace,
+    fabric: Fabric,
+    *,
+    know_durations: bool = False,
+    preemptible: bool = False,
+    leaf_mode: TopologyMode | None = None,
 ) -> tuple[list[SimJob], int]:
-    """The trace's jobs as SimJobs for this fabric, and how many were left out for having no GPUs."""
+    """The trace's jobs as SimJobs for this fabric, and how many were left out for having no GPUs.
+
+    ``leaf_mode``: every multi-host job that fits under one leaf asks for one leaf, required or preferred
+    (what a Slurm user says with ``--switches=1``); None leaves the topology to the placer."""
     per_host = max((h.gpu_count for h in fabric.hosts), default=1)
+    leaf_gpus = _largest_leaf_gpus(fabric)
     out: list[SimJob] = []
     skipped = 0
     for tj in trace.jobs:
@@ -54,8 +65,18 @@ def sim_jobs(
             continue
         if preemptible and tj.kind != "inference":
             spec = replace(spec, preemptible=True)
+        if leaf_mode is not None and spec.tasks > 1 and spec.total_gpus <= leaf_gpus:
+            spec = replace(spec, topology=TopologyRequirement(Scope.LEAF, leaf_mode))
         out.append(SimJob.of(spec, tj))
     return out, skipped
+
+
+def _largest_leaf_gpus(fabric: Fabric) -> int:
+    leaf_of = fabric.domain_ids(Domain.LEAF)
+    per_leaf: dict[int, int] = {}
+    for h, host in enumerate(fabric.hosts):
+        per_leaf[int(leaf_of[h])] = per_leaf.get(int(leaf_of[h]), 0) + host.gpu_count
+    return max(per_leaf.values(), default=0)
 
 
 def simulate(
@@ -70,12 +91,15 @@ def simulate(
     know_durations: bool = False,
     progress: Progress | None = None,
     sharing: SharingOptions | None = None,
+    leaf_mode: TopologyMode | None = None,
 ) -> RunOutcome:
     """One run. ``preemption`` is short for ``sharing=SharingOptions(preemption=True)``; with preemption
     every job but inference services is preemptible."""
     world = world or WorldConfig()
     opts = sharing if sharing is not None else SharingOptions(preemption=preemption)
-    jobs, skipped = sim_jobs(trace, fabric, know_durations=know_durations, preemptible=opts.preemption)
+    jobs, skipped = sim_jobs(
+        trace, fabric, know_durations=know_durations, preemptible=opts.preemption, leaf_mode=leaf_mode
+    )
     cfg = scheduler_config(policy, placement, seed=seed)
     policy_obj = sharing_policy(opts, world)
     result = Engine(

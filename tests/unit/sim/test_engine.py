@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpupool.domain.jobs import JobSpec
+from gpupool.domain.jobs import JobSpec, Scope, TopologyMode
 from gpupool.fabric.generators import leaf_spine
 from gpupool.sim.engine import Engine, scheduler_config
 from gpupool.sim.fabrics import uniform_fabric
 from gpupool.sim.metrics import metrics_digest
-from gpupool.sim.runner import simulate
+from gpupool.sim.runner import sim_jobs, simulate
 from gpupool.sim.traces import synthetic_trace
 from gpupool.sim.traces.records import Trace, TraceJob
 from gpupool.sim.traces.specs import task_split
@@ -132,3 +132,15 @@ def test_fixed_seed_run_reproduces_the_stored_metrics_digest() -> None:
     m = out.metrics
     assert m["finished"] == m["jobs"] > 50
     assert metrics_digest(m) == DIGEST, (metrics_digest(m), {k: v for k, v in m.items() if k != "wall_s"})
+
+
+def test_multi_host_jobs_that_fit_a_leaf_can_be_made_to_require_one() -> None:
+    fab = leaf_spine(2, 1, 2, 8)  # two leaves of 16 GPUs
+    trace = Trace(
+        "t", "test", (TraceJob("a", 0.0, 10.0, 16), TraceJob("b", 0.0, 10.0, 32), TraceJob("c", 0.0, 10.0, 8))
+    )
+    jobs, _ = sim_jobs(trace, fab, leaf_mode=TopologyMode.REQUIRED)
+    scopes = {j.spec.job_id: j.spec.topology.scope for j in jobs}
+    assert scopes == {"a": Scope.LEAF, "b": Scope.ANY, "c": Scope.ANY}
+    res = simulate(trace, fab, policy="fifo", placement="topology", leaf_mode=TopologyMode.REQUIRED)
+    assert {r.job_id: r.leaves for r in res.result.records}["a"] == 1

@@ -93,3 +93,16 @@ def test_an_owner_job_reclaims_its_lent_host_after_the_grace() -> None:
     # it with a CHECKPOINT signal and starts when the grace counted from its submission ends.
     assert r["serve"].start_s == 30000.0 + 300.0  # type: ignore[attr-defined]
     assert r["train"].preemptions == 2  # type: ignore[attr-defined]
+
+
+def test_services_keep_their_hosts_past_a_closing_window_with_a_demand_target() -> None:
+    cal = parse_calendar(CALENDAR.replace('default_pool = "training"', 'default_pool = "default"'), "cal.toml")
+    # A replica from 19:00 (t=68,400) for two hours: the window closes under it at 20:00 (t=72,000).
+    serve = SimJob(JobSpec("serve", 68400.0, pool="inference", priority=PriorityClass.HIGH), 7200.0, "inference")
+    pol = sharing_policy(SharingOptions(preemption=True, calendar=cal, lend_pools=False), WORLD)
+    fab = uniform_fabric(16, 8)
+    cfg = scheduler_config("priority", "topology", seed=0)
+    (plain,) = Engine(fab, [serve], cfg, WORLD, sharing=pol).run().records
+    (kept,) = Engine(fab, [serve], cfg, WORLD, sharing=pol, demand_headroom_gpus=0).run().records
+    assert plain.preemptions >= 1  # its host went back to the default pool and it was a borrower there
+    assert kept.preemptions == 0 and kept.end_s == 68400.0 + 7200.0
