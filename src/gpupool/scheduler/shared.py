@@ -16,6 +16,11 @@ Order of one cycle:
    the preemptor is placed in a later cycle, once the caller has applied the preemptions; their capacity
    is not handed to anyone in this cycle (the victims still hold it here), so the preemptor is first in line.
 4. Otherwise, with backfill, the job gets a reservation (WAITING_FOR_RESERVATION); else its diagnosis.
+
+Refusals are remembered (``refusals.Refusals``): a shape that did not fit on a mask is not searched again,
+and a job refused like an earlier one while nothing changed gets the same answer, so a queue of thousands
+of blocked jobs of a few shapes costs lookups. ``schedule_shared(..., remember_refusals=False)`` decides
+every job afresh; the tests hold the two to identical results.
 """
 
 from __future__ import annotations
