@@ -105,3 +105,18 @@ def test_sharing_options_reach_the_run_and_a_bad_calendar_names_its_line(tmp_pat
     assert r.returncode == 2 and "cal.toml:7" in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = gpupool(*base, "--backfill", "sometimes", cwd=tmp_path)
     assert r.returncode == 2 and "sometimes" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_failure_trace_reaches_the_run_and_a_bad_line_exits_2(tmp_path: Path) -> None:
+    trace = itp(tmp_path)
+    fails = tmp_path / "failures.csv"
+    fails.write_text("time_s,kind,host,gpu\n1000,host,node001\n2000,gpu,node002,0\n")
+    base = ("sim", "run", "--trace", trace, "--format", "itp", "--gpus", "16", "--policy", "fifo",
+            "--placement", "topology", "--out", "out", "--failures", fails)  # fmt: skip
+    r = gpupool(*base, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    m = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert m["failures"] == 2 and m["finished"] == 30
+    fails.write_text("time_s,kind,host,gpu\n1000,host,node077\n")
+    r = gpupool(*base, cwd=tmp_path)
+    assert r.returncode == 2 and "failures.csv:2" in r.stderr and "node077" in r.stderr, r.stderr

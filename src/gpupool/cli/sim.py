@@ -14,6 +14,7 @@ from rich.table import Table
 from gpupool.domain.calendar import parse_calendar
 from gpupool.domain.errors import InputError
 from gpupool.scheduler import PLACERS, POLICIES, BackfillMode
+from gpupool.sim.failures import FailureEvent, parse_failures
 from gpupool.sim.pack import pack as run_pack
 from gpupool.sim.report import write_allocation_plot
 from gpupool.sim.runner import RunOutcome, cluster_fabric, compare_rows, simulate, write_outcome
@@ -40,6 +41,9 @@ KnowOpt = Annotated[bool, typer.Option("--know-durations", help="Give the schedu
 LimitOpt = Annotated[int | None, typer.Option("--limit", help="Read only the first N good rows.")]
 BackfillOpt = Annotated[str, typer.Option("--backfill", help="Backfill: none|easy|conservative.")]
 CalendarOpt = Annotated[Path | None, typer.Option("--calendar", help="Pool calendar TOML (pools lend idle hosts).")]
+FailuresOpt = Annotated[
+    Path | None, typer.Option("--failures", help="Failure trace: time_s,kind(gpu|host|leaf),host[,gpu] per line.")
+]
 DeadlineOpt = Annotated[
     bool, typer.Option("--deadline-admission", help="Refuse deadline jobs that cannot finish in time.")
 ]
@@ -70,13 +74,37 @@ def _check_names(policies: list[str], placements: list[str]) -> None:
             raise InputError(f"unknown placement {q!r}; known: {', '.join(sorted(PLACERS))}", source="--placement")
 
 
+def _failures(path: Path | None, fabric: Any) -> tuple[FailureEvent, ...]:
+    if path is None:
+        return ()
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise InputError(f"cannot read the failure trace: {e.strerror}", source=str(path)) from None
+    return parse_failures(text, str(path), fabric)
+
+
 def _simulate(
-    trace_obj: Any, fabric: Any, policy: str, placement: str, sharing: SharingOptions, seed: int, know: bool
+    trace_obj: Any,
+    fabric: Any,
+    policy: str,
+    placement: str,
+    sharing: SharingOptions,
+    seed: int,
+    know: bool,
+    failures: tuple[FailureEvent, ...] = (),
 ) -> RunOutcome:
     n = len(trace_obj.jobs)
     if n < LONG_RUN_JOBS:
         return simulate(
-            trace_obj, fabric, policy=policy, placement=placement, sharing=sharing, seed=seed, know_durations=know
+            trace_obj,
+            fabric,
+            policy=policy,
+            placement=placement,
+            sharing=sharing,
+            seed=seed,
+            know_durations=know,
+            failures=failures,
         )
     columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=_err, transient=True) as bar:
@@ -89,6 +117,7 @@ def _simulate(
             sharing=sharing,
             seed=seed,
             know_durations=know,
+            failures=failures,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
         )
 
@@ -111,13 +140,14 @@ def run_cmd(
     backfill: BackfillOpt = "none",
     calendar: CalendarOpt = None,
     deadline_admission: DeadlineOpt = False,
+    failures: FailuresOpt = None,
 ) -> None:
     """Replay a trace: arrivals, runs, departures; writes metrics.json, jobs.csv, report.md and plots."""
     _check_names([policy], [placement])
     sharing = _sharing(preemption, backfill, calendar, deadline_admission)
     t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
     fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
-    outcome = _simulate(t, fab, policy, placement, sharing, seed, know_durations)
+    outcome = _simulate(t, fab, policy, placement, sharing, seed, know_durations, _failures(failures, fab))
     settings = {"trace": str(trace), "format": format, "fabric": fab.name, "gpus": fab.gpu_count, "policy": policy,
                 "placement": placement, "preemption": preemption, "backfill": backfill, "calendar": str(calendar or ""),
                 "deadline_admission": deadline_admission, "seed": seed, "know_durations": know_durations}  # fmt: skip
@@ -151,6 +181,7 @@ def compare_cmd(
     backfill: BackfillOpt = "none",
     calendar: CalendarOpt = None,
     deadline_admission: DeadlineOpt = False,
+    failures: FailuresOpt = None,
 ) -> None:
     """Run every policy x placement on one trace and cluster; one sub-folder per pair and compare.json."""
     pols = [p.strip() for p in policies.split(",") if p.strip()]
@@ -161,10 +192,11 @@ def compare_cmd(
     sharing = _sharing(preemption, backfill, calendar, deadline_admission)
     t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
     fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
+    fails = _failures(failures, fab)
     outcomes = []
     for p in pols:
         for q in places:
-            o = _simulate(t, fab, p, q, sharing, seed, know_durations)
+            o = _simulate(t, fab, p, q, sharing, seed, know_durations, fails)
             settings = {
                 "trace": str(trace),
                 "format": format,

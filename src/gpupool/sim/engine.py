@@ -51,6 +51,7 @@ from gpupool.domain.states import NodeState
 from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.model import Domain, Tier
 from gpupool.scheduler import SchedulerConfig, ScheduleRequest, SharingPolicy, SignalKind, schedule
+from gpupool.sim.failures import FailureEvent, FailureKind
 from gpupool.sim.runtime import TierBandwidth
 from gpupool.sim.world import JobRecord, SimJob, Tracker, WorldConfig
 
@@ -94,9 +95,11 @@ class Engine:
         progress: Progress | None = None,
         sharing: SharingPolicy | None = None,
         demand_headroom_gpus: int | None = None,
+        failure_trace: Sequence[FailureEvent] = (),
     ) -> None:
         self.fabric = fabric
         self.config = config
+        self.failure_trace = tuple(failure_trace)
         self.sharing = sharing
         self.wakes_due = 0  # signal wake-ups still in the heap: the run is not over while one is due
         self.calendar_wake = math.inf  # the calendar boundary a wake-up is queued for
@@ -238,7 +241,7 @@ class Engine:
         if kind == _TELEMETRY:
             self._telemetry(t)
             return False
-        return self._fail(t, kind)
+        return self._fail(t, kind, key)
 
     def _maybe_cycle(self, t: float) -> None:
         gap = self.world.min_cycle_interval_s
@@ -364,6 +367,9 @@ class Engine:
     # ------------------------------------------------------------------ failures and telemetry
 
     def _start_world(self) -> None:
+        codes = {FailureKind.GPU: _FAIL_GPU, FailureKind.LEAF: _FAIL_LINK, FailureKind.HOST: _FAIL_HOST}
+        for e in self.failure_trace:
+            self.push(e.time_s, codes[e.kind], f"{e.host}:{e.gpu}" if e.kind is FailureKind.GPU else str(e.host))
         f = self.world.failures
         n_gpus = self.fabric.gpu_count
         for kind, rate, units in (
@@ -379,7 +385,13 @@ class Engine:
     def _alive(self) -> bool:
         return bool(self.running or self.pending or self.finished < len(self.arrivals))
 
-    def _fail(self, t: float, kind: int) -> bool:
+    def _fail(self, t: float, kind: int, key: str) -> bool:
+        """A failure: drawn from the rates (``key`` empty: the next one is armed and the part picked at
+        random) or from a failure trace (``key`` names the part: "host" or "host:gpu")."""
+        hosts = self.fabric.hosts
+        if key:
+            part, _, gpu = key.partition(":")
+            return self._fail_part(t, kind, int(part), int(gpu) if gpu else -1)
         if not self._alive():
             return False
         f = self.world.failures
@@ -390,36 +402,54 @@ class Engine:
         }[kind]
         self.push(t + float(self.rng.exponential(3600.0 / (rate * units))), kind)
         self.failures += 1
-        hosts = self.fabric.hosts
         if kind == _FAIL_GPU:
             h = int(self.rng.integers(len(hosts)))
             if not hosts[h].gpus:
                 return False
-            g = int(self.rng.integers(len(hosts[h].gpus)))
-            self.state.apply(GpuHealthChanged(hosts[h].name, g, HealthGrade.BAD, t))
+            return self._fail_gpu(t, h, int(self.rng.integers(len(hosts[h].gpus))))
+        if kind == _FAIL_LINK:
+            return self._fail_leaf(t, self._leaves[int(self.rng.integers(len(self._leaves)))])
+        return self._fail_host(t, int(self.rng.integers(len(hosts))))
+
+    def _fail_part(self, t: float, kind: int, h: int, g: int) -> bool:
+        self.failures += 1
+        if kind == _FAIL_GPU:
+            return self._fail_gpu(t, h, g)
+        if kind == _FAIL_LINK:
+            for s in {int(x) for x in self.fabric.host_leaves[h] if x >= 0}:
+                self._fail_leaf(t, s)
+            return True
+        return self._fail_host(t, h)
+
+    def _fail_gpu(self, t: float, h: int, g: int) -> bool:
+        host = self.fabric.hosts[h]
+        self.state.apply(GpuHealthChanged(host.name, g, HealthGrade.BAD, t))
+        for key in list(self.host_jobs.get(h, ())):
+            alloc = self.state.snapshot().running[key].allocation
+            if any(task.host == host.name and g in task.gpus for task in alloc.tasks):
+                self._preempt(key, t, "GPU XID")
+        self._repair_later(t, f"gpu:{h}:{g}")
+        return True
+
+    def _fail_leaf(self, t: float, s: int) -> bool:
+        self.state.apply(LinkHealthChanged(self.fabric.switches[s].name, LinkState.DOWN, t))
+        under = {int(h) for h in self.fabric.hosts_under(s)}
+        for h in under:
             for key in list(self.host_jobs.get(h, ())):
-                alloc = self.state.snapshot().running[key].allocation
-                if any(task.host == hosts[h].name and g in task.gpus for task in alloc.tasks):
-                    self._preempt(key, t, "GPU XID")
-            self._repair_later(t, f"gpu:{h}:{g}")
-        elif kind == _FAIL_LINK:
-            s = self._leaves[int(self.rng.integers(len(self._leaves)))]
-            self.state.apply(LinkHealthChanged(self.fabric.switches[s].name, LinkState.DOWN, t))
-            under = {int(h) for h in self.fabric.hosts_under(s)}
-            for h in under:
-                for key in list(self.host_jobs.get(h, ())):
-                    if len(set(self.track[key].hosts)) > 1:
-                        self._preempt(key, t, "link down")
-            self._repair_later(t, f"link:{s}")
-        else:
-            h = int(self.rng.integers(len(hosts)))
-            if self.state.node_state(hosts[h].name) is not NodeState.UP:
-                return False
-            victims = list(self.host_jobs.get(h, ()))
-            self.state.apply(NodeLost(hosts[h].name, t))  # the reducer requeues the host's jobs itself
-            for key in victims:
-                self._requeue(key, t)
-            self._repair_later(t, f"host:{h}")
+                if len(set(self.track[key].hosts)) > 1:
+                    self._preempt(key, t, "link down")
+        self._repair_later(t, f"link:{s}")
+        return True
+
+    def _fail_host(self, t: float, h: int) -> bool:
+        name = self.fabric.hosts[h].name
+        if self.state.node_state(name) is not NodeState.UP:
+            return False
+        victims = list(self.host_jobs.get(h, ()))
+        self.state.apply(NodeLost(name, t))  # the reducer requeues the host's jobs itself
+        for key in victims:
+            self._requeue(key, t)
+        self._repair_later(t, f"host:{h}")
         return True
 
     def _preempt(self, key: str, t: float, reason: str) -> None:

@@ -14,6 +14,7 @@ from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.model import Domain
 from gpupool.sim.engine import Engine, Progress, SimResult, scheduler_config
 from gpupool.sim.fabrics import nodes_fabric, uniform_fabric
+from gpupool.sim.failures import FailureEvent
 from gpupool.sim.metrics import compute_metrics
 from gpupool.sim.report import write_run
 from gpupool.sim.sharing import SharingOptions, sharing_policy
@@ -92,6 +93,7 @@ def simulate(
     progress: Progress | None = None,
     sharing: SharingOptions | None = None,
     leaf_mode: TopologyMode | None = None,
+    failures: Sequence[FailureEvent] = (),
 ) -> RunOutcome:
     """One run. ``preemption`` is short for ``sharing=SharingOptions(preemption=True)``; with preemption
     every job but inference services is preemptible."""
@@ -111,6 +113,7 @@ def simulate(
         progress=progress,
         sharing=policy_obj,
         demand_headroom_gpus=opts.demand_headroom_gpus,
+        failure_trace=failures,
     ).run()
     metrics = compute_metrics(result, inference_slo_wait_s=world.inference_slo_wait_s)
     metrics["skipped_jobs_without_gpus"] = skipped
