@@ -14,6 +14,7 @@ from typing import Annotated
 
 from fastapi import FastAPI, Header, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpupool.domain.errors import (
     ConflictError,
@@ -55,6 +56,16 @@ def _error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"code": exc.code, "message": exc.message}, status_code=status, headers=headers)
 
 
+def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (a body that is not JSON, an unknown route or method) in the ``ErrorOut`` shape
+    every operation declares; ``detail`` stays for clients that read Starlette's shape."""
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code < 400 or exc.status_code in (204, 304):
+        return Response(status_code=exc.status_code, headers=exc.headers)
+    body = {"code": f"HTTP_{exc.status_code}", "message": str(exc.detail), "detail": exc.detail}
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
 def _errors() -> dict[int | str, dict[str, object]]:
     return {code: {"model": api.ErrorOut} for code in (400, 401, 403, 404, 409)}
 
@@ -74,6 +85,7 @@ def create_app(settings: Settings, *, clock: Callable[[], float] | None = None, 
     app = FastAPI(title="gpupool", version="1", lifespan=lifespan, responses=_errors())
     app.state.server = srv
     app.add_exception_handler(GpupoolError, _error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.include_router(router)
     mount_dashboard(app)  # the dashboard at / and /ui, behind the same tokens
 
