@@ -96,6 +96,8 @@ class WhyOut(_Out):
     reason_code: str
     reason: str
     deadline: str | None = None  # deadline jobs: the admission answer (feasible, at_risk, infeasible)
+    deadline_detail: str | None = None  # the admission's sentence: earliest finish, deadline, slack
+    earliest_finish_s: float | None = None
 
 
 class EventOut(_Out):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpupool.cluster import ClusterState
+from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.errors import GpupoolError
 from gpupool.domain.events import (
     JobCancelled,
@@ -33,14 +34,16 @@ from gpupool.domain.events import (
     NodeLost,
     NodeRestored,
 )
-from gpupool.domain.jobs import MILLI_PER_GPU, Allocation
+from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec
 from gpupool.domain.states import JobState, NodeState
-from gpupool.scheduler import SchedulerConfig, ScheduleRequest, schedule
+from gpupool.scheduler import SchedulerConfig, ScheduleRequest, SharingPolicy, schedule
+from gpupool.scheduler.deadlines import Admission, admit
 from gpupool.schemas.agent import SignalCommand
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.leader import LeaderLock
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.settings import Settings
+from gpupool.server.sharing import SharingBuilder
 from gpupool.store import Store
 from gpupool.store.server_ops import ServerOps
 
@@ -100,6 +103,10 @@ class SchedulingLoop:
         self._db_state: dict[str, JobState] = {}
         self._versions: dict[str, int] = {}
         self._reasons: dict[str, tuple[str, str]] = {}
+        self._sharing = SharingBuilder(store, settings)
+        self._signalled: set[tuple[str, float]] = set()  # (job, preemption time) already asked to checkpoint
+        # The last cycle's immutable inputs, for /why's deadline admission from request threads.
+        self._view: tuple[ClusterSnapshot, tuple[JobSpec, ...], SharingPolicy] | None = None
         self.cycles = 0
 
     # -- thread ------------------------------------------------------------------------------------------------
@@ -155,18 +162,26 @@ class SchedulingLoop:
         now = self._clock()
         snap = state.snapshot()
         pending = tuple(j for j in snap.pending if self._db_state.get(j.job_id) is JobState.PENDING)
-        result = schedule(ScheduleRequest(snap, pending, now, self._config))
+        sharing = self._sharing.policy(snap, now)
+        self._view = (snap, pending, sharing)
+        result = schedule(ScheduleRequest(snap, pending, now, self._config, sharing))
         placed = preempted = 0
         for p in result.preemptions:
             preempted += self._preempt(state, p.job_id, f"{p.reason.value}: {p.message}", now)
         for alloc in result.placements:
             placed += self._place(state, alloc, now)
+        signalled = set()
         for sig in result.signals:
             running = state.snapshot().running.get(sig.job_id)
             if running is None:
                 continue
+            signalled.add((sig.job_id, sig.preempt_at_s))
+            if (sig.job_id, sig.preempt_at_s) in self._signalled:
+                continue  # the scheduler repeats a signal every cycle until the preemption: send it once
+            log.info("checkpoint signal to %s: %s (preempted at %.0f)", sig.job_id, sig.message, sig.preempt_at_s)
             for a in self._ops.job_assignments(sig.job_id):
                 self._signals.put(a.host, SignalCommand(assignment_id=a.assignment_id))
+        self._signalled = signalled
         reasons = {w.job_id: (w.reason.value, w.message) for w in result.waiting}
         changed = {j: r for j, r in reasons.items() if self._reasons.get(j) != r}
         self._ops.set_reasons(changed)
@@ -175,6 +190,19 @@ class SchedulingLoop:
         self._observe(state, seconds, placed, preempted)
         self.cycles += 1
         return CycleReport(placed, preempted, len(result.waiting), rebuilt, seconds)
+
+    def admission(self, job: JobSpec) -> Admission | None:
+        """Deadline admission of a pending ``job`` against the last cycle's view (None before the first cycle).
+
+        Its queue is the pending jobs that go before it: higher priority, then earlier submission.
+        """
+        view = self._view
+        if view is None:
+            return None
+        snap, pending, sharing = view
+        rank = (-int(job.priority), job.submit_time_s, job.job_id)
+        ahead = [j for j in pending if (-int(j.priority), j.submit_time_s, j.job_id) < rank]
+        return admit(snap, job, ahead, self._clock(), sharing)
 
     def _place(self, state: ClusterState, alloc: Allocation, now: float) -> int:
         job_id = alloc.job_id

@@ -157,11 +157,22 @@ def job_events(job_id: str, srv: Srv, who: Who) -> api.EventList:
 @router.get("/jobs/{job_id}/why", response_model=api.WhyOut)
 def why_pending(job_id: str, srv: Srv, who: Who) -> api.WhyOut:
     rec = _own_job(srv, who, job_id)
-    deadline = None
+    deadline = detail = finish = None
     if rec.spec.deadline_s is not None and rec.state is JobState.PENDING:
-        deadline = "infeasible" if rec.reason_code == "deadline_infeasible" else "admitted"
+        answer = srv.loop.admission(rec.spec)
+        if answer is not None:
+            deadline, detail = answer.verdict.value, answer.message
+            finish = answer.earliest_finish_s if answer.earliest_finish_s != float("inf") else None
+        elif rec.reason_code == "deadline_infeasible":
+            deadline = "infeasible"  # no cycle ran here yet (a standby): the leader's refusal is stored
     return api.WhyOut(
-        id=job_id, state=rec.state.value, reason_code=rec.reason_code, reason=rec.reason, deadline=deadline
+        id=job_id,
+        state=rec.state.value,
+        reason_code=rec.reason_code,
+        reason=rec.reason,
+        deadline=deadline,
+        deadline_detail=detail,
+        earliest_finish_s=finish,
     )
 
 

@@ -33,6 +33,11 @@ class Settings:
     auth_cache_s: float = 10.0  # a revoked token may be honoured this long after revocation
     socket_ifname: str = ""  # NCCL_SOCKET_IFNAME for workloads ("" = let NCCL choose)
     master_port_base: int = 29500
+    preemption: bool = True  # quota reclaims, pool windows and priority may preempt (after a checkpoint signal)
+    preemption_grace_s: float = 300.0  # between the checkpoint signal and the stop
+    preemption_min_runtime_s: float = 300.0  # a job runs this long before a preemptor may take its GPUs
+    require_quota: bool = False  # a tenant without a quota in a pool may not run there
+    usage_half_life_s: float = 7 * 86400.0  # fair share forgets half of a tenant's usage this often
     log_level: str = "info"
 
     @property

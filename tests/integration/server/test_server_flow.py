@@ -128,3 +128,40 @@ def test_a_drained_node_gets_no_new_work(api: Api) -> None:
     assert why["state"] == "pending" and why["reason_code"] != "" and why["reason"] != ""
     api.client.post("/v1/nodes/gpu-01/undrain", headers=api.admin())
     assert api.srv.loop.run_cycle().placed == 1
+
+
+def test_a_tenant_over_its_quota_waits_with_quota_exceeded(api: Api) -> None:
+    alice = api.tenant("alice")
+    api.register("gpu-01")
+    api.register("gpu-02")
+    r = api.client.put("/v1/tenants/alice/quotas", json={"pool": "default", "nominal_gpus": 8}, headers=api.admin())
+    assert r.status_code == 200, r.text
+    body = {**JOB, "gpus_per_task": 8}
+    ids = [api.client.post("/v1/jobs", json=body, headers=alice).json()["job"]["id"] for _ in range(2)]
+    assert api.srv.loop.run_cycle().placed == 1  # 16 GPUs free, but alice may hold 8
+    # Both were submitted at the same instant: which one goes first is the id's tie-break.
+    whys = [api.client.get(f"/v1/jobs/{j}/why", headers=alice).json() for j in ids]
+    assert sorted(w["state"] for w in whys) == ["pending", "placed"]
+    (why,) = [w for w in whys if w["state"] == "pending"]
+    assert why["reason_code"] == "quota_exceeded", why
+    # A bigger quota lets it run on the next cycle.
+    api.client.put("/v1/tenants/alice/quotas", json={"pool": "default", "nominal_gpus": 16}, headers=api.admin())
+    assert api.srv.loop.run_cycle().placed == 1
+
+
+def test_why_of_a_deadline_job_carries_the_admission_answer(api: Api) -> None:
+    alice = api.tenant("alice")
+    api.register("gpu-01")
+    now = api.clock.t
+    hopeless = {**JOB, "gpus_per_task": 8, "estimated_runtime_s": 3600, "deadline_s": now + 600}
+    fine = {**JOB, "gpus_per_task": 8, "estimated_runtime_s": 600, "deadline_s": now + 86_400}
+    blocker = api.client.post("/v1/jobs", json={**JOB, "gpus_per_task": 8}, headers=alice).json()["job"]["id"]
+    api.srv.loop.run_cycle()
+    assert api.client.get(f"/v1/jobs/{blocker}", headers=alice).json()["state"] == "placed"
+    late = api.client.post("/v1/jobs", json=hopeless, headers=alice).json()["job"]["id"]
+    ok = api.client.post("/v1/jobs", json=fine, headers=alice).json()["job"]["id"]
+    api.srv.loop.run_cycle()
+    why_late = api.client.get(f"/v1/jobs/{late}/why", headers=alice).json()
+    assert why_late["deadline"] == "infeasible" and "late by" in why_late["deadline_detail"], why_late
+    why_ok = api.client.get(f"/v1/jobs/{ok}/why", headers=alice).json()
+    assert why_ok["deadline"] == "feasible" and why_ok["earliest_finish_s"] > now, why_ok
