@@ -165,3 +165,51 @@ def test_why_of_a_deadline_job_carries_the_admission_answer(api: Api) -> None:
     assert why_late["deadline"] == "infeasible" and "late by" in why_late["deadline_detail"], why_late
     why_ok = api.client.get(f"/v1/jobs/{ok}/why", headers=alice).json()
     assert why_ok["deadline"] == "feasible" and why_ok["earliest_finish_s"] > now, why_ok
+
+
+CALENDAR = """
+timezone = "UTC"
+default_pool = "training"
+
+[[pool]]
+name = "inference"
+hosts = ["gpu-01"]
+share = 1.0
+share_outside = 0.0
+windows = [{ days = "mon-sun", start = "08:00", end = "20:00" }]
+"""
+
+
+def test_a_pool_window_takes_its_host_back_checkpoint_first_then_stop(api: Api) -> None:
+    monday_0700 = 1_736_146_800.0  # 2025-01-06 07:00 UTC: inference's window is closed, training owns gpu-01
+    api.clock.t = monday_0700
+    alice = api.tenant("alice")
+    node = api.register("gpu-01")
+    r = api.client.put("/v1/pools/inference", json={"calendar_toml": CALENDAR}, headers=api.admin())
+    assert r.status_code == 200, r.text
+    job_id = api.client.post("/v1/jobs", json={**JOB, "pool": "training"}, headers=alice).json()["job"]["id"]
+    assert api.srv.loop.run_cycle().placed == 1
+    (launch,) = api.beat("gpu-01", node)
+    running = [status(launch, "running")]
+    api.beat("gpu-01", node, running)
+    api.srv.loop.run_cycle()
+    assert api.beat("gpu-01", node, running) == []  # nothing to do while training owns the host
+    # 08:00: the window opens and gpu-01 is inference's. The borrower is asked to checkpoint, once.
+    api.clock.t = monday_0700 + 3600 + 30
+    api.beat("gpu-01", node, running)
+    assert api.srv.loop.run_cycle().preempted == 0
+    (signal,) = api.beat("gpu-01", node, running)
+    assert signal["kind"] == "signal" and signal["signal"] == "checkpoint"
+    assert signal["assignment_id"] == launch["assignment_id"]
+    api.srv.loop.run_cycle()
+    assert api.beat("gpu-01", node, running) == []
+    # The grace (300 s from the window's start) ends: preempted, requeued, and the rank is stopped.
+    api.clock.t = monday_0700 + 3600 + 301
+    api.beat("gpu-01", node, running)
+    assert api.srv.loop.run_cycle().preempted == 1
+    (stop,) = api.beat("gpu-01", node, running)
+    assert stop["kind"] == "stop" and stop["assignment_id"] == launch["assignment_id"]
+    why = api.client.get(f"/v1/jobs/{job_id}/why", headers=alice).json()
+    assert why["state"] == "pending"
+    events = api.client.get(f"/v1/jobs/{job_id}/events", headers=alice).json()["events"]
+    assert any("pool_window_closed" in str(e["data"]) for e in events), events
