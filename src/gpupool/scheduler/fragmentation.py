@@ -1,61 +1,117 @@
-"""Fragmentation-aware choice in the spirit of FGD (Weng et al., ATC'23).
+"""Fragmentation-aware choice: FGD (Weng et al., ATC'23, "Beware of Fragmentation"), exactly, then tie-breaks.
 
-A host's fragmentation for a request type is the free GPU capacity that type cannot use there: GPUs
-with less free than one task needs (or, for multi-GPU tasks, everything but whole GPUs, and everything
-when too few whole GPUs remain). Weighting types by their share of the queue gives the expected
-fragmentation; the placer takes the GPU (or host) whose use grows it least.
+The target workload is a set of request types (GPUs per task, milli-GPU per GPU, CPU, memory, allowed GPU
+models), each weighted by its popularity. A host's fragmentation for one type is the free GPU capacity that
+type cannot use there: all of it when the type cannot run on the host at all (a GPU model it may not use,
+too little CPU or memory, too few GPUs with room), else the free capacity of the GPUs with less room than
+one GPU of the type needs. The expected fragmentation weights types by popularity; the placer takes the
+host (and GPU, for a share) whose use grows it least. Every host that fits is a candidate: one pick costs
+a few NumPy passes over (hosts x GPUs x types), so no cap is needed to stay fast on a 1,000-host fabric.
 
-Beyond FGD: a GPU's free capacity is the tighter of compute and memory (FGD counts compute only), ties
-go to the tightest fit and then to healthy GPUs, and the mix is this cycle's queue rather than a
-historical trace. The candidate set is bounded (all hosts with a partly used GPU that fits, plus the
-``CANDIDATE_HOSTS`` fullest hosts with whole GPUs free) so one pick stays cheap on large fabrics.
+Beyond FGD: a GPU's free capacity is the tighter of compute and memory (FGD counts compute only); FGD scores
+hosts by an integer-rounded sigmoid of the growth and breaks the many resulting ties at random, where this
+placer compares the growth exactly and breaks ties by packing (the GPU left with least room, then the host
+with fewest whole GPUs free, then the least CPU left), then by index, so the result is deterministic.
+The mix is the request's ``workload_mix`` when the caller knows the target workload (FGD's protocol hands
+the whole trace's distribution to its placer); otherwise this cycle's queue.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
+from gpupool.cluster.index import FabricIndex
+from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec, Scope
 from gpupool.scheduler.capacity import Capacity
-from gpupool.scheduler.placement import Need, share_candidates
+from gpupool.scheduler.placement import Need
+from gpupool.scheduler.types import RequestType
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
 
-CANDIDATE_HOSTS = 256
-MAX_TYPES = 16
+MAX_TYPES = 64  # most popular types kept; the tail weighs little and each type costs a pass per pick
 
 
 @dataclass(frozen=True, slots=True)
 class WorkloadMix:
-    milli: IntArray  # per request type: effective milli-GPU each GPU of a task needs (1000 for whole GPUs)
-    gpus: IntArray  # per request type: GPUs per task
+    """Request types as arrays, most popular first."""
+
+    milli: IntArray  # per type: effective milli-GPU each GPU of a task needs (1000 for whole GPUs)
+    gpus: IntArray  # per type: GPUs per task
+    cpu: IntArray  # per type: CPU millicores per task
+    mem: IntArray  # per type: host memory MiB per task
     weight: FloatArray  # popularity; sums to 1
+    models: tuple[tuple[str, ...], ...]  # per type: allowed GPU models (empty: any)
+
+    def access(self, index: FabricIndex, hosts: IntArray) -> BoolArray | None:
+        """(hosts, types): the host's GPU model is one the type may use; None when no type is constrained."""
+        if not any(self.models):
+            return None
+        table = np.ones((len(self.models), len(index.model_names) + 1), dtype=np.bool_)
+        for t, allowed in enumerate(self.models):
+            if allowed:
+                table[t, :-1] = [m in allowed for m in index.model_names]
+                table[t, -1] = False  # hosts without GPUs (model code -1)
+        return table[:, index.host_model[hosts]].T
+
+
+def request_mix(jobs: Iterable[JobSpec], max_gpus: int | None = None) -> tuple[RequestType, ...]:
+    """The request types of ``jobs`` (single-host tasks only) weighted by task count, most popular first.
+
+    Pass a trace's whole workload as ``ScheduleRequest.workload_mix`` so the ``frag`` placer measures
+    fragmentation against it, as FGD does, rather than against the queue of the moment."""
+    counts: Counter[tuple[int, int, int, int, int, tuple[str, ...]]] = Counter()
+    for job in jobs:
+        if job.share is not None:
+            key = (1, job.share.milli_gpu, job.share.memory_mib, job.cpu_millicores, job.memory_mib, job.gpu_models)
+        elif max_gpus is None or job.gpus_per_task <= max_gpus:
+            key = (job.gpus_per_task, MILLI_PER_GPU, 0, job.cpu_millicores, job.memory_mib, job.gpu_models)
+        else:
+            continue
+        counts[key] += job.tasks
+    total = float(sum(counts.values()))
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return tuple(
+        RequestType(gpus=k[0], milli_gpu=k[1], weight=c / total, gpu_memory_mib=k[2], cpu_millicores=k[3],
+                    memory_mib=k[4], gpu_models=k[5])
+        for k, c in ranked
+    )  # fmt: skip
+
+
+def mix_of(types: Sequence[RequestType], gpu_memory_mib: int) -> WorkloadMix | None:
+    """The ``MAX_TYPES`` most popular of ``types`` as arrays (a share's GPU memory counted in milli-GPU of
+    a ``gpu_memory_mib`` GPU), weights renormalised; None when nothing is left."""
+    top = sorted((t for t in types if t.weight > 0 and t.gpus >= 1), key=lambda t: -t.weight)[:MAX_TYPES]
+    if not top:
+        return None
+
+    def milli(t: RequestType) -> int:
+        mem_milli = -(-t.gpu_memory_mib * MILLI_PER_GPU // max(gpu_memory_mib, 1)) if t.gpu_memory_mib else 0
+        return min(max(t.milli_gpu, mem_milli, 1), MILLI_PER_GPU)
+
+    total = sum(t.weight for t in top)
+    return WorkloadMix(
+        milli=np.array([milli(t) for t in top], dtype=np.int64),
+        gpus=np.array([t.gpus for t in top], dtype=np.int64),
+        cpu=np.array([t.cpu_millicores for t in top], dtype=np.int64),
+        mem=np.array([t.memory_mib for t in top], dtype=np.int64),
+        weight=np.array([t.weight / total for t in top], dtype=np.float64),
+        models=tuple(t.gpu_models for t in top),
+    )
 
 
 def workload_mix(pending: Sequence[JobSpec], gpu_memory_mib: int, max_gpus: int) -> WorkloadMix | None:
-    """The request types of single-host tasks in the queue, weighted by task count (top ``MAX_TYPES``)."""
-    counts: Counter[tuple[int, int]] = Counter()
-    for job in pending:
-        if job.share is not None:
-            mem_milli = -(-job.share.memory_mib * MILLI_PER_GPU // max(gpu_memory_mib, 1))
-            counts[(max(job.share.milli_gpu, mem_milli, 1), 1)] += job.tasks
-        elif job.gpus_per_task <= max_gpus:
-            counts[(MILLI_PER_GPU, job.gpus_per_task)] += job.tasks
-    if not counts:
-        return None
-    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_TYPES]
-    total = float(sum(c for _, c in top))
-    return WorkloadMix(
-        milli=np.array([t[0][0] for t in top], dtype=np.int64),
-        gpus=np.array([t[0][1] for t in top], dtype=np.int64),
-        weight=np.array([c / total for _, c in top], dtype=np.float64),
-    )
+    """The request types of the queue's single-host tasks, weighted by task count (top ``MAX_TYPES``)."""
+    return mix_of(request_mix(pending, max_gpus), gpu_memory_mib)
+
+
+# ------------------------------------------------------------------ the measure
 
 
 def effective_free(cap: Capacity, hosts: IntArray) -> IntArray:
@@ -65,81 +121,148 @@ def effective_free(cap: Capacity, hosts: IntArray) -> IntArray:
     return np.minimum(cap.free_milli[hosts], mem_milli)
 
 
-def expected_fragmentation(eff: IntArray, mix: WorkloadMix) -> FloatArray:
-    """Expected fragmentation (milli-GPU) of each row of per-GPU free capacity ``eff`` (rows, GPUs)."""
-    full = eff >= MILLI_PER_GPU
-    n_full = full.sum(axis=-1)
-    total = eff.sum(axis=-1)
-    not_full = (eff * ~full).sum(axis=-1)
-    small = (eff[..., None] * (eff[..., None] < mix.milli)).sum(axis=-2)  # (rows, types)
-    multi = np.where(n_full[..., None] >= mix.gpus, not_full[..., None], total[..., None])
-    per_type = np.where(mix.gpus == 1, small, multi)
-    return np.asarray(per_type @ mix.weight, dtype=np.float64)
+@dataclass(frozen=True, slots=True)
+class _Terms:
+    """Per host and type: GPUs with room for one GPU of the type, and the free capacity of the others."""
+
+    room: IntArray  # (hosts, types)
+    small: IntArray  # (hosts, types)
+    total: IntArray  # (hosts,)
 
 
-def _bounded(cap: Capacity, ok: npt.NDArray[np.bool_]) -> IntArray:
-    cand = np.flatnonzero(ok)
-    if cand.size > CANDIDATE_HOSTS:
-        key = cap.free_whole[cand] * (cap.index.n_hosts + 1) + cand
-        cand = np.sort(cand[np.argpartition(key, CANDIDATE_HOSTS)[:CANDIDATE_HOSTS]])
-    return cand
+def _terms(eff: IntArray, mix: WorkloadMix) -> _Terms:
+    fits = eff[:, :, None] >= mix.milli  # (hosts, GPUs, types)
+    room = fits.sum(axis=1)
+    small = (eff[:, :, None] * ~fits).sum(axis=1)
+    return _Terms(room, small, eff.sum(axis=1))
+
+
+def _frag(
+    room: IntArray,
+    small: IntArray,
+    total: IntArray,
+    cpu: IntArray,
+    mem: IntArray,
+    access: BoolArray | None,
+    mix: WorkloadMix,
+) -> FloatArray:
+    """Expected fragmentation (milli-GPU) per row: a type that cannot run on the host finds all its free
+    capacity fragmented; one that can, the GPUs too small for it (FGD's ``NodeGpuShareFragAmount``)."""
+    runs = (room >= mix.gpus) & (cpu[:, None] >= mix.cpu) & (mem[:, None] >= mix.mem)
+    if access is not None:
+        runs &= access
+    return np.asarray(np.where(runs, small, total[:, None]) @ mix.weight, dtype=np.float64)
+
+
+def expected_fragmentation(
+    eff: IntArray, mix: WorkloadMix, cpu: IntArray | None = None, mem: IntArray | None = None
+) -> FloatArray:
+    """Expected fragmentation of each row of per-GPU free capacity ``eff`` (rows, GPUs); CPU and memory per
+    row when given (else unlimited)."""
+    t = _terms(eff, mix)
+    big = np.full(eff.shape[0], np.iinfo(np.int64).max, dtype=np.int64)
+    return _frag(t.room, t.small, t.total, big if cpu is None else cpu, big if mem is None else mem, None, mix)
+
+
+# ------------------------------------------------------------------ picks
 
 
 def frag_pick_share(cap: Capacity, need: Need, mix: WorkloadMix) -> tuple[int, int] | None:
-    ok_whole = cap.free_whole >= 1
+    """(host, GPU) for one share: the least growth of expected fragmentation over every GPU that fits."""
+    ok = (cap.part_milli >= need.share_milli) & (cap.part_mem >= need.share_mem)
+    ok |= cap.free_whole >= 1
     if need.cpu:
-        ok_whole &= cap.cpu_free >= need.cpu
+        ok &= cap.cpu_free >= need.cpu
     if need.mem:
-        ok_whole &= cap.mem_free >= need.mem
+        ok &= cap.mem_free >= need.mem
     if need.mask is not None:
-        ok_whole &= need.mask
-    hosts = np.union1d(share_candidates(cap, need)[: 4 * CANDIDATE_HOSTS], _bounded(cap, ok_whole))
+        ok &= need.mask
+    hosts = np.flatnonzero(ok)
     if hosts.size == 0:
         return None
     fm, fg = cap.free_milli[hosts], cap.free_mem[hosts]
     feasible = cap.usable[hosts] & (fm >= need.share_milli) & (fg >= need.share_mem)
-    if not feasible.any():
+    # Whole GPUs of one host are interchangeable: try only the first of them.
+    whole = cap.whole[hosts]
+    feasible &= ~whole | (np.cumsum(whole, axis=1) == 1)
+    r, c = np.nonzero(feasible)
+    if r.size == 0:
         return None
     eff = effective_free(cap, hosts)
-    before = expected_fragmentation(eff, mix)
-    full = cap.full_mem[hosts]
-    after_one = np.minimum(
-        fm - need.share_milli, np.where(full > 0, (fg - need.share_mem) * MILLI_PER_GPU // np.maximum(full, 1), 0)
+    terms = _terms(eff, mix)
+    cpu, mem = cap.cpu_free[hosts], cap.mem_free[hosts]
+    access = mix.access(cap.index, hosts)
+    before = _frag(terms.room, terms.small, terms.total, cpu, mem, access, mix)
+    full = cap.full_mem[hosts][r, c]
+    x = eff[r, c]
+    x_after = np.maximum(
+        np.minimum(fm[r, c] - need.share_milli, np.where(full > 0, (fg[r, c] - need.share_mem) * MILLI_PER_GPU // np.maximum(full, 1), 0)),
+        0,
+    )  # fmt: skip
+    m = mix.milli
+    room = terms.room[r] - (x[:, None] >= m) + (x_after[:, None] >= m)
+    small = terms.small[r] - x[:, None] * (x[:, None] < m) + x_after[:, None] * (x_after[:, None] < m)
+    after = _frag(
+        room,
+        small,
+        terms.total[r] - (x - x_after),
+        cpu[r] - need.cpu,
+        mem[r] - need.mem,
+        None if access is None else access[r],
+        mix,
     )
-    G = cap.G
-    trial = np.repeat(eff[None, :, :], G, axis=0)  # (gpu tried, hosts, GPUs)
-    j = np.arange(G)
-    trial[j, :, j] = np.maximum(after_one.T, 0)
-    delta = expected_fragmentation(trial, mix) - before[None, :]  # (gpu tried, hosts)
-    d = delta.T  # (hosts, GPUs)
-    r, c = np.nonzero(feasible)
+    delta = after - before[r]
     h = hosts[r]
-    keys = (c, h, cap.penalties.gpu[h, c], after_one[r, c], np.round(d[r, c], 6), cap.penalties.host_band[h])
+    pen = cap.penalties
+    keys: tuple[npt.NDArray[np.generic], ...] = (
+        c,
+        h,
+        cpu[r],
+        cap.free_whole[h],
+        pen.gpu[h, c],
+        x_after,
+        np.round(delta, 6),
+        pen.host_band[h],
+    )
+    if need.realtime:
+        keys = (*keys, pen.gpu[h, c])
     i = int(np.lexsort(keys)[0])
     return int(h[i]), int(c[i])
 
 
 def frag_pick_host(cap: Capacity, need: Need, n: int, mix: WorkloadMix) -> int | None:
+    """The host for ``need``'s tasks (``n`` whole GPUs in all, one host) whose use least grows fragmentation."""
+    cpu_need, mem_need = need.cpu * need.tasks, need.mem * need.tasks
     ok = cap.free_whole >= n
-    if need.cpu:
-        ok &= cap.cpu_free >= need.cpu * need.tasks
-    if need.mem:
-        ok &= cap.mem_free >= need.mem * need.tasks
+    if cpu_need:
+        ok &= cap.cpu_free >= cpu_need
+    if mem_need:
+        ok &= cap.mem_free >= mem_need
     if need.mask is not None:
         ok &= need.mask
-    hosts = _bounded(cap, ok)
+    if need.required and need.job.topology.scope is Scope.NVLINK and n > 1:
+        ok &= cap.index.host_single_island
+    hosts = np.flatnonzero(ok)
     if hosts.size == 0:
         return None
     eff = effective_free(cap, hosts)
-    before = expected_fragmentation(eff, mix)
-    full = eff >= MILLI_PER_GPU
-    taken = full & (np.cumsum(full, axis=1) <= n)
-    after = expected_fragmentation(np.where(taken, 0, eff), mix)
-    keys = (
-        hosts,
-        cap.penalties.host[hosts],
-        cap.free_whole[hosts],
-        np.round(after - before, 6),
-        cap.penalties.host_band[hosts],
+    terms = _terms(eff, mix)
+    cpu, mem = cap.cpu_free[hosts], cap.mem_free[hosts]
+    access = mix.access(cap.index, hosts)
+    before = _frag(terms.room, terms.small, terms.total, cpu, mem, access, mix)
+    # n whole GPUs go from full to empty: every type loses n GPUs with room; nothing small changes.
+    after = _frag(
+        terms.room - n, terms.small, terms.total - n * MILLI_PER_GPU, cpu - cpu_need, mem - mem_need, access, mix
     )
+    pen = cap.penalties
+    keys: tuple[npt.NDArray[np.generic], ...] = (
+        hosts,
+        cpu,
+        cap.free_whole[hosts],
+        pen.host[hosts],
+        np.round(after - before, 6),
+        pen.host_band[hosts],
+    )
+    if need.realtime and pen.any:
+        keys = (*keys, pen.host[hosts])
     return int(hosts[np.lexsort(keys)[0]])

@@ -119,12 +119,30 @@ class SharingPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestType:
+    """One kind of request in the target workload and its popularity (FGD's "typical pod").
+
+    ``milli_gpu`` is per GPU: 1000 for whole GPUs, the share's compute for a share (``gpus`` is then 1).
+    ``scheduler.fragmentation.request_mix(jobs)`` builds these from a workload's jobs."""
+
+    gpus: int
+    milli_gpu: int
+    weight: float  # relative popularity (task count); need not sum to 1
+    gpu_memory_mib: int = 0  # a share's GPU memory claim
+    cpu_millicores: int = 0  # per task
+    memory_mib: int = 0  # per task
+    gpu_models: tuple[str, ...] = ()  # empty: any model
+
+
+@dataclass(frozen=True, slots=True)
 class ScheduleRequest:
     snapshot: ClusterSnapshot
     pending: tuple[JobSpec, ...]
     now_s: float
     config: SchedulerConfig = SchedulerConfig()
     sharing: SharingPolicy | None = None  # None: no quotas, pools, preemption or backfill (issue 3 behaviour)
+    # The target workload the ``frag`` placer measures fragmentation against; empty: this cycle's queue.
+    workload_mix: tuple[RequestType, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
