@@ -15,7 +15,15 @@ from typing import Any
 import yaml
 
 from gpupool.domain.errors import ParseError
-from gpupool.store import default_url
+
+
+def default_url(data_dir: str | Path) -> str:
+    """The SQLite file in ``data_dir``: the same as ``gpupool.store.default_url`` (a test holds them equal).
+
+    Not imported from the store: every client command loads this module, and importing the store pulls in
+    SQLAlchemy and Alembic (~0.7 s per ``gpupool jobs``).
+    """
+    return f"sqlite:///{Path(data_dir) / 'gpupool.db'}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,19 @@
+"""Settings: the default database is the store's default file; the environment wins over the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpupool.server.settings import Settings, load_settings
+from gpupool.store import default_url
+
+
+def test_the_default_database_is_the_stores_default_file(tmp_path: Path) -> None:
+    assert Settings(data_dir=str(tmp_path)).url == default_url(tmp_path)
+
+
+def test_preemption_settings_come_from_the_environment(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text("preemption: true\npreemption_grace_s: 60\n", encoding="utf-8")
+    s = load_settings(f, env={"GPUPOOL_PREEMPTION": "false", "GPUPOOL_REQUIRE_QUOTA": "yes"})
+    assert (s.preemption, s.preemption_grace_s, s.require_quota) == (False, 60.0, True)
