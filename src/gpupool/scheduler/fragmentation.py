@@ -12,13 +12,15 @@ Beyond FGD: a GPU's free capacity is the tighter of compute and memory (FGD coun
 hosts by an integer-rounded sigmoid of the growth and breaks the many resulting ties at random, where this
 placer compares the growth exactly and breaks ties by packing (the GPU left with least room, then the host
 with fewest whole GPUs free, then the least CPU left), then by index, so the result is deterministic.
-The mix is the request's ``workload_mix`` when the caller knows the target workload (FGD's protocol hands
-the whole trace's distribution to its placer); otherwise this cycle's queue.
+The mix is the request's ``workload_mix`` when the caller gives one (FGD hands the whole trace's distribution
+to its placer); otherwise this cycle's queue, the next jobs weighing most (``QUEUE_HORIZON``), which packs
+better than the whole distribution because it knows which requests come next.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import math
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -36,6 +38,11 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 MAX_TYPES = 64  # most popular types kept; the tail weighs little and each type costs a pass per pick
+# Queue mixes weigh the i-th queued job by exp(-i / QUEUE_HORIZON): on openb (FGD protocol, seed 42) 8 gave
+# 95.61% allocation, 4: 95.49, 16: 95.55, 64: 95.47, equal weights over 256 queued pods: 95.23, and the
+# whole trace's distribution (FGD's own choice): 94.79. The jobs about to be placed say most about which
+# fragments will be used.
+QUEUE_HORIZON = 8.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,20 +68,23 @@ class WorkloadMix:
         return table[:, index.host_model[hosts]].T
 
 
-def request_mix(jobs: Iterable[JobSpec], max_gpus: int | None = None) -> tuple[RequestType, ...]:
-    """The request types of ``jobs`` (single-host tasks only) weighted by task count, most popular first.
+def request_mix(
+    jobs: Iterable[JobSpec], max_gpus: int | None = None, horizon: float | None = None
+) -> tuple[RequestType, ...]:
+    """The request types of ``jobs`` (single-host tasks only) weighted by task count, most popular first;
+    with ``horizon``, the i-th job's tasks weigh exp(-i / horizon) each (a queue: the next jobs matter most).
 
     Pass a trace's whole workload as ``ScheduleRequest.workload_mix`` so the ``frag`` placer measures
     fragmentation against it, as FGD does, rather than against the queue of the moment."""
-    counts: Counter[tuple[int, int, int, int, int, tuple[str, ...]]] = Counter()
-    for job in jobs:
+    counts: defaultdict[tuple[int, int, int, int, int, tuple[str, ...]], float] = defaultdict(float)
+    for pos, job in enumerate(jobs):
         if job.share is not None:
             key = (1, job.share.milli_gpu, job.share.memory_mib, job.cpu_millicores, job.memory_mib, job.gpu_models)
         elif max_gpus is None or job.gpus_per_task <= max_gpus:
             key = (job.gpus_per_task, MILLI_PER_GPU, 0, job.cpu_millicores, job.memory_mib, job.gpu_models)
         else:
             continue
-        counts[key] += job.tasks
+        counts[key] += job.tasks * (math.exp(-pos / horizon) if horizon else 1.0)
     total = float(sum(counts.values()))
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     return tuple(
@@ -106,9 +116,11 @@ def mix_of(types: Sequence[RequestType], gpu_memory_mib: int) -> WorkloadMix | N
     )
 
 
-def workload_mix(pending: Sequence[JobSpec], gpu_memory_mib: int, max_gpus: int) -> WorkloadMix | None:
-    """The request types of the queue's single-host tasks, weighted by task count (top ``MAX_TYPES``)."""
-    return mix_of(request_mix(pending, max_gpus), gpu_memory_mib)
+def workload_mix(
+    pending: Sequence[JobSpec], gpu_memory_mib: int, max_gpus: int, horizon: float = QUEUE_HORIZON
+) -> WorkloadMix | None:
+    """The request types of the queue's single-host tasks, in queue order, the next ones weighing most."""
+    return mix_of(request_mix(pending, max_gpus, horizon), gpu_memory_mib)
 
 
 # ------------------------------------------------------------------ the measure

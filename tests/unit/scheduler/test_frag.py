@@ -142,3 +142,12 @@ def test_same_request_same_answer() -> None:
     jobs = (share("s", 300, 1000), share("t", 640, 2000), JobSpec("w", 0.0, gpus_per_task=2))
     req = ScheduleRequest(state.snapshot(), jobs, 0.0, SchedulerConfig(policy="fifo", placer="frag"))
     assert schedule(req) == schedule(req)
+
+
+def test_queue_mix_weighs_the_next_jobs_most() -> None:
+    jobs = [share("a", 300), share("b", 500), share("c", 500)]
+    mix = request_mix(jobs, horizon=1.0)
+    weights = {t.milli_gpu: t.weight for t in mix}
+    assert weights[300] > weights[500]  # one job first outweighs two behind it at a short horizon
+    flat = {t.milli_gpu: t.weight for t in request_mix(jobs)}
+    assert flat[300] < flat[500]
