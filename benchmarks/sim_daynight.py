@@ -72,7 +72,8 @@ def dlrm_profile(path: Path) -> np.ndarray:
     trace = load_trace(path, "dlrm")
     hours = np.array([int(j.submit_s // 3600) % 24 for j in trace.jobs if j.gpus > 0 and j.submit_s > 0])
     counts = np.bincount(hours, minlength=24).astype(np.float64)
-    return (counts - counts.min()) / max(counts.max() - counts.min(), 1.0)
+    scaled: np.ndarray = (counts - counts.min()) / max(float(counts.max() - counts.min()), 1.0)
+    return scaled
 
 
 def inference_jobs(profile: np.ndarray, days: float, night: int, peak: int, life_s: float, seed: int) -> list[SimJob]:
