@@ -14,7 +14,7 @@ from gpupool.domain.errors import JobSpecError
 from gpupool.domain.jobs import Allocation
 from gpupool.scheduler.capacity import BoolArray, Capacity
 from gpupool.scheduler.diagnose import diagnose
-from gpupool.scheduler.fragmentation import mix_of, workload_mix
+from gpupool.scheduler.fragmentation import cycle_mix
 from gpupool.scheduler.placement import TaskPick, make_need
 from gpupool.scheduler.placers import CycleContext, get_placer
 from gpupool.scheduler.policies import get_policy, order
@@ -41,10 +41,7 @@ def schedule(request: ScheduleRequest) -> ScheduleResult:
     queue = order(policy, request.pending, request.now_s, snap, cfg)
     cap = Capacity(snap, penalties(snap, cfg.telemetry))
     ix = snap.index
-    mix = None
-    if placer.uses_mix:
-        mem = int(np.median(ix.gpu_memory_mib[ix.gpu_exists])) if ix.gpu_exists.any() else 0
-        mix = mix_of(request.workload_mix, mem) if request.workload_mix else workload_mix(queue, mem, ix.max_gpus)
+    mix = cycle_mix(request.workload_mix, queue, ix) if placer.uses_mix else None
     ctx = CycleContext(ix, np.arange(ix.n_hosts, dtype=np.int64), cfg.max_domains_tried, mix)
     masks: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], BoolArray | None] = {}
     refusals: dict[Shape, tuple[ReasonCode, str]] = {}

@@ -123,6 +123,13 @@ def workload_mix(
     return mix_of(request_mix(pending, max_gpus, horizon), gpu_memory_mib)
 
 
+def cycle_mix(given: Sequence[RequestType], queue: Sequence[JobSpec], index: FabricIndex) -> WorkloadMix | None:
+    """The mix one cycle's fragmentation is measured against: the request's own when it gives one, else the
+    queue's (the next jobs weighing most). GPU memory shares are counted against the median GPU."""
+    mem = int(np.median(index.gpu_memory_mib[index.gpu_exists])) if index.gpu_exists.any() else 0
+    return mix_of(given, mem) if given else workload_mix(queue, mem, index.max_gpus)
+
+
 # ------------------------------------------------------------------ the measure
 
 

@@ -35,7 +35,7 @@ from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec
 from gpupool.scheduler.backfill import expected_end, reserve
 from gpupool.scheduler.capacity import BoolArray, Capacity
 from gpupool.scheduler.diagnose import diagnose
-from gpupool.scheduler.fragmentation import workload_mix
+from gpupool.scheduler.fragmentation import cycle_mix
 from gpupool.scheduler.placement import Need, TaskPick, make_need
 from gpupool.scheduler.placers import CycleContext, Placer, get_placer
 from gpupool.scheduler.policies import get_policy, order
@@ -438,9 +438,7 @@ class _Cycle:
             self.victims.update(p.job_id for p in pre)
         queue = order(self.policy, req.pending, self.now, snap, cfg, self.sh)
         if self.placer.uses_mix:
-            ix = snap.index
-            mem = int(np.median(ix.gpu_memory_mib[ix.gpu_exists])) if ix.gpu_exists.any() else 0
-            self.ctx = dataclasses.replace(self.ctx, mix=workload_mix(queue, mem, ix.max_gpus))
+            self.ctx = dataclasses.replace(self.ctx, mix=cycle_mix(req.workload_mix, queue, snap.index))
         masks: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], BoolArray | None] = {}
         for pos, job in enumerate(queue):
             if len(self.allocs) >= cfg.max_placements_per_cycle:
