@@ -38,6 +38,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far (Linux /proc): a measure that other load on the box
+    does not inflate, unlike wall-clock throughput."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def client_process(
     base: str,
     token: str,
@@ -48,7 +55,9 @@ def client_process(
 ) -> None:
     """One client process: ``clients`` coroutines submitting in a loop on one keep-alive connection pool."""
     try:
-        results.put(asyncio.run(_submitters(base, token, clients, start_at, seconds)))
+        latencies = asyncio.run(_submitters(base, token, clients, start_at, seconds))
+        latencies.append(-cpu_s(os.getpid()))  # the last entry: this process's CPU seconds, negated
+        results.put(latencies)
     except BaseException as e:  # report instead of leaving the parent waiting on the queue
         results.put(f"client process failed: {e!r}")
 
@@ -141,13 +150,17 @@ def main() -> None:
         ]
         for cp in procs:
             cp.start()
+        threading.Event().wait(max(0.0, start_at - time.time()))
+        server_cpu0 = cpu_s(proc.pid)
         gathered = [results.get(timeout=args.seconds + 120) for _ in procs]
         for cp in procs:
             cp.join(30)
         failures = [g for g in gathered if isinstance(g, str)]
         if failures:
             raise SystemExit(failures[0])
-        latencies = [g for g in gathered if isinstance(g, list)]
+        server_cpu = cpu_s(proc.pid) - server_cpu0
+        latencies = [g[:-1] for g in gathered if isinstance(g, list)]
+        client_cpu = sum(-g[-1] for g in gathered if isinstance(g, list))
         elapsed = args.seconds
         metrics = httpx.get(f"{base}/metrics").text
         series = {
@@ -173,6 +186,9 @@ def main() -> None:
         "cores": os.cpu_count(),
         "seconds": round(elapsed, 2),
         "placements": placements,
+        "server_cpu_ms_per_submit": round(1000 * server_cpu / max(1, len(lat)), 3),
+        "client_cpu_ms_per_submit": round(1000 * client_cpu / max(1, len(lat)), 3),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
         "cycles": cycles,
         "cycle_ms_mean": round(1000 * cycle_s / cycles, 1) if cycles else None,
     }

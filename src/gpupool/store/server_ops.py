@@ -223,12 +223,18 @@ class ServerOps:
         return JobCommand(tuple(str(a) for a in argv), tuple(sorted((str(k), str(v)) for k, v in env.items())))
 
     def live_jobs(self) -> list[LiveJob]:
-        """Every pending, placed or running job's id, state and version: the loop's per-cycle sync."""
-        q = select(JobRow.id, JobRow.state, JobRow.version).where(
-            JobRow.state.in_([JobState.PENDING.value, JobState.PLACED.value, JobState.RUNNING.value])
+        """Every pending, placed or running job's id, state and version: the loop's per-cycle sync.
+
+        Plain rows through the connection, not ORM entities: with thousands queued this runs every cycle.
+        """
+        q = (
+            select(JobRow.id, JobRow.state, JobRow.version)
+            .where(JobRow.state.in_([JobState.PENDING.value, JobState.PLACED.value, JobState.RUNNING.value]))
+            .order_by(JobRow.submit_time_s, JobRow.id)
         )
+        states = {st.value: st for st in JobState}
         with self.store._tx(write=False) as s:
-            return [LiveJob(i, JobState(st), v) for i, st, v in s.execute(q.order_by(JobRow.submit_time_s, JobRow.id))]
+            return [LiveJob(i, states[st], v) for i, st, v in s.connection().execute(q)]
 
     def specs(self, job_ids: Sequence[str]) -> list[JobRecord]:
         out: list[JobRecord] = []
