@@ -7,6 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from gpupool.cli.sim import _sharing
+from gpupool.domain.errors import InputError
+
 
 def gpupool(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -103,8 +108,6 @@ def test_sharing_options_reach_the_run_and_a_bad_calendar_names_its_line(tmp_pat
     cal.write_text(cal.read_text().replace("share = 1.0", "share = 2.0"))
     r = gpupool(*base, "--calendar", cal, cwd=tmp_path)
     assert r.returncode == 2 and "cal.toml:7" in r.stderr and "Traceback" not in r.stderr, r.stderr
-    r = gpupool(*base, "--backfill", "sometimes", cwd=tmp_path)
-    assert r.returncode == 2 and "sometimes" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_a_failure_trace_reaches_the_run_and_a_bad_line_exits_2(tmp_path: Path) -> None:
@@ -120,3 +123,8 @@ def test_a_failure_trace_reaches_the_run_and_a_bad_line_exits_2(tmp_path: Path) 
     fails.write_text("time_s,kind,host,gpu\n1000,host,node077\n")
     r = gpupool(*base, cwd=tmp_path)
     assert r.returncode == 2 and "failures.csv:2" in r.stderr and "node077" in r.stderr, r.stderr
+
+
+def test_an_unknown_backfill_mode_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="unknown backfill 'sometimes'; known: none, easy, conservative"):
+        _sharing(False, "sometimes", None, False)
