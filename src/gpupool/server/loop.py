@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +24,8 @@ from gpupool.cluster import ClusterState
 from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.errors import GpupoolError
 from gpupool.domain.events import (
+    GpuHealthChanged,
+    HealthGrade,
     JobCancelled,
     JobFinished,
     JobPlaced,
@@ -44,7 +46,7 @@ from gpupool.server.leader import LeaderLock
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.settings import Settings
 from gpupool.server.sharing import SharingBuilder
-from gpupool.store import Store
+from gpupool.store import NodeRecord, Store
 from gpupool.store.server_ops import ServerOps
 
 log = logging.getLogger("gpupool.server.loop")
@@ -103,6 +105,7 @@ class SchedulingLoop:
         self._db_state: dict[str, JobState] = {}
         self._versions: dict[str, int] = {}
         self._reasons: dict[str, tuple[str, str]] = {}
+        self._health: dict[str, tuple[HealthGrade, ...]] = {}  # GPU grades the state holds, per host
         self._sharing = SharingBuilder(store, settings)
         self._signalled: set[tuple[str, float]] = set()  # (job, preemption time) already asked to checkpoint
         # The last cycle's immutable inputs, for /why's deadline admission from request threads.
@@ -289,6 +292,8 @@ class SchedulingLoop:
                 state.apply(NodeLost(host.name, 0.0))
             elif n.state is NodeState.DRAINED:
                 state.apply(NodeDrained(host.name, 0.0))
+        self._health = {}
+        self._sync_health(state, loaded.nodes, self._clock())
         self._state = state
         self._key = key
         self._db_state = {j.job_id: j.state for j in loaded.jobs}
@@ -339,9 +344,23 @@ class SchedulingLoop:
         else:
             state.apply(JobFinished(job_id, now, succeeded=old is JobState.RUNNING))
 
+    def _sync_health(self, state: ClusterState, nodes: Sequence[NodeRecord], now: float) -> None:
+        """Fold the GPU grades the gateway stored from heartbeats into the state (a BAD GPU is never placed on)."""
+        fabric, max_gpus = state.index.fabric, state.index.max_gpus
+        for n in nodes:
+            if not fabric.has_host(n.name) or self._health.get(n.name) == n.health:
+                continue
+            old = self._health.get(n.name, ())
+            for gpu, grade in enumerate(n.health[:max_gpus]):
+                if gpu >= len(old) or old[gpu] is not grade:
+                    state.apply(GpuHealthChanged(n.name, gpu, grade, now))
+            self._health[n.name] = n.health
+
     def _sync_nodes(self, state: ClusterState, now: float) -> None:
         fabric = state.index.fabric
-        for n in self._store.list_nodes():
+        nodes = self._store.list_nodes()
+        self._sync_health(state, nodes, now)
+        for n in nodes:
             if not fabric.has_host(n.name):
                 continue
             mem = state.node_state(n.name)

@@ -213,3 +213,21 @@ def test_a_pool_window_takes_its_host_back_checkpoint_first_then_stop(api: Api) 
     assert why["state"] == "pending"
     events = api.client.get(f"/v1/jobs/{job_id}/events", headers=alice).json()["events"]
     assert any("pool_window_closed" in str(e["data"]) for e in events), events
+
+
+def test_a_gpu_graded_bad_by_its_agent_takes_no_whole_node_job(api: Api) -> None:
+    alice = api.tenant("alice")
+    nodes = {h: api.register(h, gpus=4) for h in ("gpu-01", "gpu-02")}
+    api.srv.loop.run_cycle()  # the state exists before the grade changes: the change is folded in, not rebuilt
+    grades = [{"index": i, "health": "bad" if i == 2 else "ok"} for i in range(4)]
+    body = {"seq": 2, "at_s": api.clock.t, "gpus": grades}
+    assert api.client.post("/v1/agents/gpu-01/heartbeat", json=body, headers=nodes["gpu-01"]).status_code == 200
+    ids = [
+        api.client.post("/v1/jobs", json={**JOB, "gpus_per_task": 4}, headers=alice).json()["job"]["id"]
+        for _ in range(2)
+    ]
+    assert api.srv.loop.run_cycle().placed == 1
+    launches = {h: api.beat(h, n) for h, n in nodes.items()}
+    assert launches["gpu-01"] == [] and len(launches["gpu-02"]) == 1  # only the healthy node took a 4-GPU job
+    states = sorted(api.client.get(f"/v1/jobs/{j}", headers=alice).json()["state"] for j in ids)
+    assert states == ["pending", "placed"]
