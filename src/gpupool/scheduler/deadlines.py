@@ -18,7 +18,7 @@ from enum import StrEnum
 from gpupool.cluster.snapshot import NODE_UP, ClusterSnapshot
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
 from gpupool.scheduler.backfill import expected_end
-from gpupool.scheduler.pools import pool_map
+from gpupool.scheduler.pools import pool_busy, pool_map
 from gpupool.scheduler.types import SharingPolicy
 
 
@@ -48,7 +48,8 @@ def admit(
     ix = snapshot.index
     hosts = snapshot.node_state == NODE_UP
     if config.calendar is not None:
-        hosts = hosts & pool_map(ix, config.calendar, now_s, config.pool_demand).owned_by(job.pool)
+        pools = pool_map(ix, config.calendar, now_s, config.pool_demand, pool_busy(ix, snapshot.running))
+        hosts = hosts & pools.owned_by(job.pool)
     capacity = int(ix.host_gpus[hosts].sum())
     used = 0
     ends: list[tuple[float, int]] = []

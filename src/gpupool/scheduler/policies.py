@@ -98,6 +98,11 @@ class ShortestJobFirst(_ByKey):
         return (math.inf if est is None else est * job.gpu_milli, *_tie(job))
 
 
+def las_queue(attained_gpu_s: float, thresholds_gpu_s: tuple[float, ...]) -> int:
+    """The LAS queue of a job with this much attained service: how many thresholds it has reached."""
+    return sum(1 for t in thresholds_gpu_s if attained_gpu_s >= t)
+
+
 @dataclass(frozen=True, slots=True)
 class LeastAttainedService(_ByKey):
     """Tiresias' discretised LAS: the queue is the number of GPU-second thresholds the job's attained
@@ -106,8 +111,7 @@ class LeastAttainedService(_ByKey):
     name: str = "las"
 
     def key(self, job: JobSpec, now_s: float, snapshot: ClusterSnapshot, config: SchedulerConfig) -> SortKey:
-        attained = snapshot.attained_gpu_s.get(job.job_id, 0.0)
-        queue = sum(1 for t in config.las_thresholds_gpu_s if attained >= t)
+        queue = las_queue(snapshot.attained_gpu_s.get(job.job_id, 0.0), config.las_thresholds_gpu_s)
         return (queue, job.submit_time_s, -int(job.priority), job.job_id)
 
 

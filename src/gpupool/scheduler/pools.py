@@ -1,8 +1,10 @@
 """Which pool owns which host at ``now``: the calendar's shares and pools' demand, resolved to hosts.
 
 Every host belongs to the calendar's default pool unless a rule gives it away. A rule holding fraction f
-of its selected hosts (SUs or names, in fabric order) owns the first round(f x n) of them that no earlier
-rule took, so a pool's night share is a prefix of its day share and a window only moves the boundary.
+of its selected hosts owns the first round(f x n) of them that no earlier rule took, so a pool's night
+share is a prefix of its day share and a window only moves the boundary. The selection is ordered with the
+hosts the pool's running jobs occupy first (most of their GPUs first), then fabric order: a pool shrinks
+away from its jobs, so a closing window hands over free hosts before it strands a running service.
 The hosts between the two boundaries changed owner when the window last opened or closed; ``since`` says
 when, so the jobs that were placed there before then (borrowers now) get their grace from that moment.
 A pool's demand target (replicas x GPUs + headroom) extends its prefix further when its share is short.
@@ -10,12 +12,14 @@ A pool's demand target (replicas x GPUs + headroom) extends its prefix further w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from gpupool.cluster.index import FabricIndex
+from gpupool.cluster.snapshot import RunningJob
 from gpupool.domain.calendar import Calendar
 from gpupool.domain.sharing import PoolDemand
 from gpupool.fabric.model import Domain
@@ -53,7 +57,26 @@ def _selection(ix: FabricIndex, sus: tuple[int, ...], hosts: tuple[str, ...]) ->
     return np.flatnonzero(sel).astype(np.int64)
 
 
-def pool_map(ix: FabricIndex, calendar: Calendar, now_s: float, demand: tuple[PoolDemand, ...] = ()) -> PoolMap:
+def pool_busy(ix: FabricIndex, running: Mapping[str, RunningJob]) -> dict[str, IntArray]:
+    """Per pool, the GPUs its running jobs hold on each host."""
+    out: dict[str, IntArray] = {}
+    for r in running.values():
+        per = out.get(r.spec.pool)
+        if per is None:
+            per = out[r.spec.pool] = np.zeros(ix.n_hosts, dtype=np.int64)
+        for t in r.allocation.tasks:
+            per[ix.host_index(t.host)] += len(t.gpus)
+    return out
+
+
+def pool_map(
+    ix: FabricIndex,
+    calendar: Calendar,
+    now_s: float,
+    demand: tuple[PoolDemand, ...] = (),
+    busy: Mapping[str, IntArray] | None = None,
+) -> PoolMap:
+    """``busy``: ``pool_busy`` of the running jobs (None: every selection in plain fabric order)."""
     names = calendar.pools
     owner = np.zeros(ix.n_hosts, dtype=np.int64)
     since = np.full(ix.n_hosts, -np.inf, dtype=np.float64)
@@ -62,6 +85,10 @@ def pool_map(ix: FabricIndex, calendar: Calendar, now_s: float, demand: tuple[Po
     for share in calendar.shares_at(now_s):
         sel = _selection(ix, share.sus, share.hosts)
         sel = sel[~taken[sel]]
+        held = busy.get(share.pool) if busy is not None else None
+        if held is not None and sel.size:
+            # Stable sort: hosts with more of the pool's GPUs in use first, fabric order among equals.
+            sel = sel[np.argsort(-held[sel], kind="stable")]
         n = sel.size
         k_now, k_before = round(share.fraction * n), round(share.previous_fraction * n)
         code = names.index(share.pool)

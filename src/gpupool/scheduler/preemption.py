@@ -29,13 +29,19 @@ class Candidate:
     running: RunningJob
     reason: ReasonCode
     hosts: tuple[int, ...]
-    cost: tuple[int, float, str]  # (priority, work lost in GPU-seconds, id)
+    # (priority, work lost in GPU-seconds, id); for ATTAINED_SERVICE (-LAS queue, ...): the job that had the
+    # most service goes first, as Tiresias demotes it first.
+    cost: tuple[int, float, str]
 
 
-def candidate(running: RunningJob, reason: ReasonCode, cap: Capacity, now_s: float) -> Candidate:
+def candidate(
+    running: RunningJob, reason: ReasonCode, cap: Capacity, now_s: float, rank: int | None = None
+) -> Candidate:
+    """``rank``: the first cost term; None: the victim's priority."""
     hosts = tuple(dict.fromkeys(cap.index.host_index(t.host) for t in running.allocation.tasks))
     lost = running.work_lost_s(now_s) * running.gpu_milli / MILLI_PER_GPU
-    return Candidate(running, reason, hosts, (int(running.spec.priority), lost, running.spec.job_id))
+    first = int(running.spec.priority) if rank is None else rank
+    return Candidate(running, reason, hosts, (first, lost, running.spec.job_id))
 
 
 def _give(cap: Capacity, c: Candidate) -> None:

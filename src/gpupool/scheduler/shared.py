@@ -3,7 +3,8 @@
 Order of one cycle:
 1. Pool calendar: jobs placed on hosts whose owner pool changed since (a window opened or closed, or a
    demand target grew) are borrowers now; they get a CHECKPOINT signal and are preempted ``grace_s`` after
-   the change (POOL_WINDOW_CLOSED, or POOL_RECLAIM for demand).
+   the change (POOL_WINDOW_CLOSED, or POOL_RECLAIM for demand). Jobs that are not ``preemptible``
+   (services) are never reclaimed, and never placed on another pool's hosts.
 2. Jobs in policy order. A deadline job that cannot finish even if started now waits (DEADLINE_INFEASIBLE).
    Quota admission before placement (QUOTA_EXCEEDED with a sentence). Placement on the job's own pool's
    hosts first, then (``lend_pools``) on other pools' idle hosts. With backfill, hosts reserved for an
@@ -38,8 +39,8 @@ from gpupool.scheduler.diagnose import diagnose
 from gpupool.scheduler.fragmentation import cycle_mix
 from gpupool.scheduler.placement import Need, TaskPick, make_need
 from gpupool.scheduler.placers import CycleContext, Placer, get_placer
-from gpupool.scheduler.policies import get_policy, order
-from gpupool.scheduler.pools import PoolMap, pool_map
+from gpupool.scheduler.policies import get_policy, las_queue, order
+from gpupool.scheduler.pools import PoolMap, pool_busy, pool_map
 from gpupool.scheduler.preemption import Candidate, candidate, find_victims
 from gpupool.scheduler.quotas import QuotaBook, job_keys
 from gpupool.scheduler.refusals import Refusals
@@ -94,7 +95,12 @@ def _window_reclaims(
     running = request.snapshot.running
     for job_id in sorted(running):
         r = running[job_id]
-        if r.placed_at_s >= latest or not any(t.host in changed_hosts for t in r.allocation.tasks):
+        # A service (not preemptible) is never reclaimed: it keeps the host until it ends (its SLO).
+        if (
+            not r.spec.preemptible
+            or r.placed_at_s >= latest
+            or not any(t.host in changed_hosts for t in r.allocation.tasks)
+        ):
             continue
         code = pools.code(r.spec.pool)
         changed = [h for h in _hosts(cap, r) if pools.owner[h] != code and pools.since[h] > r.placed_at_s]
@@ -139,7 +145,11 @@ class _Cycle:
         self.placer: Placer = get_placer(cfg.placer)
         self.cap = Capacity(snap, penalties(snap, cfg.telemetry))
         ix = snap.index
-        self.pools = pool_map(ix, sh.calendar, self.now, sh.pool_demand) if sh.calendar is not None else None
+        self.pools = (
+            pool_map(ix, sh.calendar, self.now, sh.pool_demand, pool_busy(ix, snap.running))
+            if sh.calendar is not None
+            else None
+        )
         self.book = QuotaBook(sh.quotas, snap.running, require=sh.require_quota) if sh.quotas else None
         self.allocs: list[Allocation] = []
         self.preemptions: list[Preemption] = []
@@ -158,6 +168,7 @@ class _Cycle:
         self._narrowed: dict[tuple[Shape, str], BoolArray | None] = {}
         self._run_hosts: dict[str, tuple[int, ...]] = {}
         self._shape_ids: dict[Shape, int] = {}
+        self._run_queue: dict[str, int] = {}
 
     # ------------------------------------------------------------ helpers
 
@@ -237,6 +248,7 @@ class _Cycle:
         own = pools.code(job.pool) if pools is not None else -1
         reclaim_quota = book is not None and book.within_nominal(job, milli)
         key = job_keys(job)[0]
+        mine = self.pending_queue(job) if pre.by_service else 0
         out = []
         for job_id, r in self.request.snapshot.running.items():
             if job_id in self.victims:
@@ -246,6 +258,7 @@ class _Cycle:
             if (
                 pools is not None
                 and own >= 0
+                and r.spec.preemptible  # a pool reclaim never preempts a service (its SLO)
                 and r.spec.pool != job.pool
                 and any(int(pools.owner[h]) == own for h in hosts)
             ):
@@ -267,9 +280,32 @@ class _Cycle:
                 and r.runtime_s(now) >= pre.min_runtime_s
             ):
                 reason = ReasonCode.PRIORITY
+            if reason is None and pre.by_service and r.spec.preemptible:
+                queue = self.running_queue(r)
+                if (
+                    queue > mine
+                    and r.runtime_s(now) >= pre.min_runtime_s
+                    and (pre.max_lost_s is None or r.work_lost_s(now) <= pre.max_lost_s)
+                ):
+                    out.append(candidate(r, ReasonCode.ATTAINED_SERVICE, cap, now, -queue))
+                continue
             if reason is not None:
                 out.append(candidate(r, reason, cap, now))
         return out
+
+    def pending_queue(self, job: JobSpec) -> int:
+        """The job's LAS queue from the service it had before (0 for a job that never ran)."""
+        snap = self.request.snapshot
+        return las_queue(snap.attained_gpu_s.get(job.job_id, 0.0), self.request.config.las_thresholds_gpu_s)
+
+    def running_queue(self, r: RunningJob) -> int:
+        """A running job's LAS queue, counting the service of its current run."""
+        got = self._run_queue.get(r.spec.job_id)
+        if got is None:
+            snap, jid = self.request.snapshot, r.spec.job_id
+            service = snap.attained_gpu_s.get(jid, 0.0) + r.runtime_s(self.now) * r.gpu_milli / MILLI_PER_GPU
+            got = self._run_queue[jid] = las_queue(service, self.request.config.las_thresholds_gpu_s)
+        return got
 
     # ------------------------------------------------------------ one job
 
@@ -298,9 +334,12 @@ class _Cycle:
         # Everything else a refusal of this job depends on, besides the cycle's state: while nothing changes,
         # a job like an earlier refused one is refused alike. Tenant and priority only matter to preemption.
         who = (
-            (job.tenant, int(job.priority)) if pre.enabled and self.preemptors < pre.max_preemptors_per_cycle else None
+            (job.tenant, int(job.priority), self.pending_queue(job) if pre.by_service else 0)
+            if pre.enabled and self.preemptors < pre.max_preemptors_per_cycle
+            else None
         )
-        outcome_key = ("outcome", sk, job.pool, resv_key, tuple(sizes), who)
+        # A service (not preemptible) never borrows another pool's hosts, so it may be refused where others fit.
+        outcome_key = ("outcome", sk, job.pool, job.preemptible, resv_key, tuple(sizes), who)
         known = seen.answer(outcome_key)
         if known is not None:
             self.waiting.append(Waiting(job.job_id, known[0], known[1]))
@@ -309,7 +348,9 @@ class _Cycle:
         if resv_key is not None:
             free_of_resv = self.reserved_from >= now + runtime
         pools: list[str | None] = [job.pool] if own is not None else []  # None: any host
-        if own is None or sh.lend_pools:
+        # Lent hosts are only for preemptible work: a service placed there would be a borrower the owner
+        # reclaims, which its SLO forbids.
+        if own is None or (sh.lend_pools and job.preemptible):
             pools.append(None)
         for k in sizes:
             for pool in pools:
@@ -388,7 +429,8 @@ class _Cycle:
         if not pre.enabled or self.preemptors >= pre.max_preemptors_per_cycle:
             return False
         # Everything the candidates and the victim search depend on, besides the cycle's state.
-        key = ("no victims", sk, job.pool, job.tenant, int(job.priority), milli)
+        queue = self.pending_queue(job) if pre.by_service else 0
+        key = ("no victims", sk, job.pool, job.tenant, int(job.priority), queue, milli)
         if self.refusals.holds(key):
             return False
         cands = self.candidates(job, milli)

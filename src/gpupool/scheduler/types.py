@@ -36,6 +36,7 @@ class ReasonCode(StrEnum):
     POOL_RECLAIM = "pool_reclaim"  # the owning pool needs its lent capacity back (a job or its demand target)
     QUOTA_RECLAIM = "quota_reclaim"  # a cohort member reclaims nominal quota it had lent
     PRIORITY = "priority"  # a higher-priority job needs the GPUs of this preemptible one
+    ATTAINED_SERVICE = "attained_service"  # LAS (Tiresias): a job with less attained service needs its GPUs
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +83,19 @@ class BackfillMode(StrEnum):
 @dataclass(frozen=True, slots=True)
 class PreemptionConfig:
     """Who may be preempted, and how gently. Reclaims (pool windows, pool demand, quota) signal CHECKPOINT
-    first and preempt ``grace_s`` after the reclaim began; priority preemption is immediate."""
+    first and preempt ``grace_s`` after the reclaim began; priority and service preemption are immediate.
+    Pool reclaims never preempt a job that is not ``preemptible`` (an inference service's SLO).
+
+    ``by_service`` (Tiresias): a ``preemptible`` running job whose LAS queue (``las_thresholds_gpu_s``,
+    counting its current run) is above a pending job's may be preempted for it once it ran
+    ``min_runtime_s``, and (``max_lost_s`` set) only while its work since the last checkpoint is at most
+    that many seconds: preempting a job that would lose hours of work costs more than it gives.
+    """
 
     enabled: bool = True
     by_priority: bool = True  # a job may preempt ``preemptible`` jobs of lower priority
+    by_service: bool = False  # a job may preempt ``preemptible`` jobs in a higher LAS queue
+    max_lost_s: float | None = None  # by_service: at most this much work since the victim's last checkpoint
     min_runtime_s: float = 300.0  # a job runs at least this long before a preemptor may take its GPUs
     grace_s: float = 300.0
     max_preemptors_per_cycle: int = 16

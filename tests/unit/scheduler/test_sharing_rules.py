@@ -128,7 +128,8 @@ def test_window_opening_signals_borrowers_then_preempts_them_after_grace() -> No
     cal = parse_calendar(CAL, "pools.toml")
     sh = SharingPolicy(calendar=cal, preemption=PreemptionConfig(grace_s=600.0))
     night = DAY0 + 3 * 3600
-    train = [make_job(f"t{i}", gpus=8, pool="training") for i in range(4)]
+    # Preemptible: a pool reclaim never preempts a job that is not (a service).
+    train = [make_job(f"t{i}", gpus=8, pool="training", preemptible=True) for i in range(4)]
     r = go(state, train, night, sh)
     assert len(r.placements) == 4  # at night training owns everything
     start(state, r, train, night)

@@ -104,5 +104,6 @@ def test_services_keep_their_hosts_past_a_closing_window_with_a_demand_target() 
     cfg = scheduler_config("priority", "topology", seed=0)
     (plain,) = Engine(fab, [serve], cfg, WORLD, sharing=pol).run().records
     (kept,) = Engine(fab, [serve], cfg, WORLD, sharing=pol, demand_headroom_gpus=0).run().records
-    assert plain.preemptions >= 1  # its host went back to the default pool and it was a borrower there
+    # A service is never reclaimed (brief I4): its host went back to the default pool, yet it runs to its end.
+    assert plain.preemptions == 0 and plain.end_s == 68400.0 + 7200.0
     assert kept.preemptions == 0 and kept.end_s == 68400.0 + 7200.0
