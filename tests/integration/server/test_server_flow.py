@@ -187,7 +187,9 @@ def test_a_pool_window_takes_its_host_back_checkpoint_first_then_stop(api: Api) 
     node = api.register("gpu-01")
     r = api.client.put("/v1/pools/inference", json={"calendar_toml": CALENDAR}, headers=api.admin())
     assert r.status_code == 200, r.text
-    job_id = api.client.post("/v1/jobs", json={**JOB, "pool": "training"}, headers=alice).json()["job"]["id"]
+    # Preemptible: a pool reclaims only those (a service, not preemptible, keeps its host until it ends).
+    body = {**JOB, "pool": "training", "preemptible": True}
+    job_id = api.client.post("/v1/jobs", json=body, headers=alice).json()["job"]["id"]
     assert api.srv.loop.run_cycle().placed == 1
     (launch,) = api.beat("gpu-01", node)
     running = [status(launch, "running")]
