@@ -1,19 +1,38 @@
 """ITP cluster05 (3,629 jobs) on 16 GPUs (2 hosts x 8): avg JCT per policy against the fluid-SRPT bound.
 
     python benchmarks/sim_itp.py --policies fifo las --preemption
+    python benchmarks/sim_itp.py --policies las --preemption-by-service --max-lost-s none 300 600 \
+        --thresholds 3600,36000,360000 --thresholds 10000
 
 Gavel's simulator on the same trace and cluster: FIFO 279,919 s, LAS 161,022 s; the bound is 66,192 s.
+``--preemption-by-service`` (Tiresias; implies ``--preemption``) runs every ``--max-lost-s`` value against
+every ``--thresholds`` set of LAS queue limits in GPU-seconds (the scheduler's default when not given).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import time
 from pathlib import Path
 
+from gpupool.scheduler import SchedulerConfig
+from gpupool.sim.engine import Engine, scheduler_config
 from gpupool.sim.fabrics import uniform_fabric
-from gpupool.sim.runner import simulate
+from gpupool.sim.metrics import compute_metrics
+from gpupool.sim.runner import sim_jobs
+from gpupool.sim.sharing import SharingOptions, sharing_policy
 from gpupool.sim.traces import load_trace
+from gpupool.sim.world import WorldConfig
+
+
+def _lost(text: str) -> float | None:
+    return None if text.lower() == "none" else float(text)
+
+
+def _thresholds(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(",") if x.strip())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,15 +43,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policies", nargs="+", default=["fifo", "las", "sjf"])
     ap.add_argument("--placement", default="topology")
     ap.add_argument("--preemption", action="store_true")
+    ap.add_argument("--preemption-by-service", action="store_true")
+    ap.add_argument("--max-lost-s", nargs="+", type=_lost, default=[None])
+    ap.add_argument("--thresholds", action="append", type=_thresholds, default=None)
     ap.add_argument("--know-durations", action="store_true")
     args = ap.parse_args(argv)
     trace = load_trace(args.trace, "itp")
     fabric = uniform_fabric(16, 8)
+    world = WorldConfig()
+    by_service = args.preemption_by_service
+    preemption = args.preemption or by_service
+    jobs, _ = sim_jobs(trace, fabric, know_durations=args.know_durations, preemptible=preemption)
+    limits = args.thresholds or [SchedulerConfig().las_thresholds_gpu_s]
+    keys = ("jobs", "finished", "avg_jct_s", "lb_avg_jct_s", "avg_jct_over_lb", "preemptions",
+            "gpu_hours_lost_to_preemption")  # fmt: skip
     for policy in args.policies:
-        m = simulate(trace, fabric, policy=policy, placement=args.placement, preemption=args.preemption,
-                     know_durations=args.know_durations).metrics  # fmt: skip
-        keys = ("jobs", "finished", "avg_jct_s", "lb_avg_jct_s", "avg_jct_over_lb", "preemptions", "wall_s")
-        print(json.dumps({"policy": policy, "preemption": args.preemption, **{k: m[k] for k in keys}}))
+        for thresholds in limits:
+            for lost in args.max_lost_s if by_service else [None]:
+                cfg = dataclasses.replace(
+                    scheduler_config(policy, args.placement, seed=0), las_thresholds_gpu_s=thresholds
+                )
+                opts = SharingOptions(preemption=preemption, by_service=by_service, max_lost_s=lost)
+                t0, c0 = time.perf_counter(), time.process_time()
+                result = Engine(fabric, jobs, cfg, world, sharing=sharing_policy(opts, world)).run()
+                m = compute_metrics(result, inference_slo_wait_s=world.inference_slo_wait_s)
+                row = {"policy": policy, "preemption": preemption, "by_service": by_service, "max_lost_s": lost,
+                       "las_thresholds_gpu_s": list(thresholds), **{k: m[k] for k in keys},
+                       "wall_s": round(time.perf_counter() - t0, 3), "cpu_s": round(time.process_time() - c0, 3)}  # fmt: skip
+                print(json.dumps(row), flush=True)
     return 0
 
 

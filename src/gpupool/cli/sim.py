@@ -44,12 +44,30 @@ CalendarOpt = Annotated[Path | None, typer.Option("--calendar", help="Pool calen
 FailuresOpt = Annotated[
     Path | None, typer.Option("--failures", help="Failure trace: time_s,kind(gpu|host|leaf),host[,gpu] per line.")
 ]
+ByServiceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--preemption-by-service",
+        help="Tiresias: a job in a lower LAS queue preempts running jobs in a higher one (implies --preemption).",
+    ),
+]
+MaxLostOpt = Annotated[
+    float | None,
+    typer.Option("--max-lost-s", help="With --preemption-by-service: spare jobs with more work since a checkpoint."),
+]
 DeadlineOpt = Annotated[
     bool, typer.Option("--deadline-admission", help="Refuse deadline jobs that cannot finish in time.")
 ]
 
 
-def _sharing(preemption: bool, backfill: str, calendar: Path | None, deadline_admission: bool) -> SharingOptions:
+def _sharing(
+    preemption: bool,
+    backfill: str,
+    calendar: Path | None,
+    deadline_admission: bool,
+    by_service: bool = False,
+    max_lost_s: float | None = None,
+) -> SharingOptions:
     modes = {m.value: m for m in BackfillMode}
     if backfill not in modes:
         raise InputError(f"unknown backfill {backfill!r}; known: {', '.join(modes)}", source="--backfill")
@@ -60,8 +78,15 @@ def _sharing(preemption: bool, backfill: str, calendar: Path | None, deadline_ad
         except OSError as e:
             raise InputError(f"cannot read the calendar: {e.strerror}", source=str(calendar)) from None
         cal = parse_calendar(text, str(calendar))
+    if max_lost_s is not None and (max_lost_s < 0 or not by_service):
+        raise InputError("--max-lost-s needs --preemption-by-service and a value >= 0", source="--max-lost-s")
     return SharingOptions(
-        preemption=preemption, backfill=modes[backfill], calendar=cal, deadline_admission=deadline_admission
+        preemption=preemption or by_service,
+        backfill=modes[backfill],
+        calendar=cal,
+        deadline_admission=deadline_admission,
+        by_service=by_service,
+        max_lost_s=max_lost_s,
     )
 
 
@@ -141,16 +166,19 @@ def run_cmd(
     calendar: CalendarOpt = None,
     deadline_admission: DeadlineOpt = False,
     failures: FailuresOpt = None,
+    preemption_by_service: ByServiceOpt = False,
+    max_lost_s: MaxLostOpt = None,
 ) -> None:
     """Replay a trace: arrivals, runs, departures; writes metrics.json, jobs.csv, report.md and plots."""
     _check_names([policy], [placement])
-    sharing = _sharing(preemption, backfill, calendar, deadline_admission)
+    sharing = _sharing(preemption, backfill, calendar, deadline_admission, preemption_by_service, max_lost_s)
     t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
     fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
     outcome = _simulate(t, fab, policy, placement, sharing, seed, know_durations, _failures(failures, fab))
     settings = {"trace": str(trace), "format": format, "fabric": fab.name, "gpus": fab.gpu_count, "policy": policy,
                 "placement": placement, "preemption": preemption, "backfill": backfill, "calendar": str(calendar or ""),
-                "deadline_admission": deadline_admission, "seed": seed, "know_durations": know_durations}  # fmt: skip
+                "deadline_admission": deadline_admission, "seed": seed, "know_durations": know_durations,
+                "preemption_by_service": preemption_by_service, "max_lost_s": max_lost_s}  # fmt: skip
     write_outcome(outcome, out, settings)
     if t.bad_rows:
         _err.print(
@@ -182,6 +210,8 @@ def compare_cmd(
     calendar: CalendarOpt = None,
     deadline_admission: DeadlineOpt = False,
     failures: FailuresOpt = None,
+    preemption_by_service: ByServiceOpt = False,
+    max_lost_s: MaxLostOpt = None,
 ) -> None:
     """Run every policy x placement on one trace and cluster; one sub-folder per pair and compare.json."""
     pols = [p.strip() for p in policies.split(",") if p.strip()]
@@ -189,7 +219,7 @@ def compare_cmd(
     if not pols or not places:
         raise InputError("--policies and --placements need at least one name each", source="compare")
     _check_names(pols, places)
-    sharing = _sharing(preemption, backfill, calendar, deadline_admission)
+    sharing = _sharing(preemption, backfill, calendar, deadline_admission, preemption_by_service, max_lost_s)
     t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
     fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
     fails = _failures(failures, fab)

@@ -6,10 +6,10 @@ scheduler's preemption: a job may preempt ``preemptible`` jobs of a lower priori
 than the world's restart overhead, else a preemption could cost more than the run it interrupts. The world
 (``WorldConfig``) charges what a preemption costs (restart overhead, work since the last checkpoint).
 
-What the scheduler's preemption does not cover: Tiresias-style preemption by attained service (a job in a
-lower LAS queue than a running job taking its GPUs). Priority classes are fixed at submission and the
-trace's training jobs share one class, so ``las`` with ``--preemption`` preempts nothing on such traces;
-this module does not fake it.
+Priority classes are fixed at submission and a trace's training jobs usually share one class, so ``las``
+with ``--preemption`` alone preempts nothing there. ``--preemption-by-service`` adds Tiresias' rule (it
+implies ``--preemption``): a job in a lower LAS queue than a running preemptible job may take its GPUs,
+and ``--max-lost-s`` spares victims with more work than that since their last checkpoint.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ class SharingOptions:
     default_runtime_s: float = 3600.0  # what backfill, deadlines and slack assume for a job without an estimate
     demand_headroom_gpus: int | None = None  # services' GPUs plus this are their pool's demand target (None: off)
     grace_s: float = PreemptionConfig().grace_s  # a reclaim's victim checkpoints and is preempted this much later
+    by_service: bool = False  # Tiresias: preempt jobs in a higher LAS queue (only with ``preemption``)
+    max_lost_s: float | None = None  # by_service: spare victims with more work than this since a checkpoint
 
     @property
     def any(self) -> bool:
@@ -51,6 +53,8 @@ def sharing_policy(options: SharingOptions, world: WorldConfig) -> SharingPolicy
         enabled=options.preemption,
         min_runtime_s=max(base.min_runtime_s, world.restart_overhead_s),
         grace_s=options.grace_s,
+        by_service=options.by_service,
+        max_lost_s=options.max_lost_s,
     )
     return SharingPolicy(
         calendar=options.calendar,

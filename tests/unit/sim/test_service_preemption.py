@@ -1,0 +1,37 @@
+"""Tiresias' preemption by attained service in the simulator: the options reach the scheduler, and a short
+job arriving behind a long one on a full cluster runs before it ends."""
+
+from __future__ import annotations
+
+from gpupool.domain.jobs import JobSpec
+from gpupool.sim.engine import Engine, scheduler_config
+from gpupool.sim.fabrics import uniform_fabric
+from gpupool.sim.sharing import SharingOptions, sharing_policy
+from gpupool.sim.world import SimJob, WorldConfig
+
+WORLD = WorldConfig(launch_latency_s=0.0, restart_overhead_s=60.0, checkpoint_interval_s=1000.0)
+
+
+def test_by_service_and_max_lost_reach_the_preemption_config() -> None:
+    pol = sharing_policy(SharingOptions(preemption=True, by_service=True, max_lost_s=600.0), WORLD)
+    assert pol is not None and pol.preemption.by_service and pol.preemption.max_lost_s == 600.0
+    plain = sharing_policy(SharingOptions(preemption=True), WORLD)
+    assert plain is not None and not plain.preemption.by_service and plain.preemption.max_lost_s is None
+
+
+def _records(opts: SharingOptions) -> dict[str, float]:
+    jobs = [
+        SimJob(JobSpec("long", 0.0, gpus_per_task=8, preemptible=True), 20000.0),
+        SimJob(JobSpec("short", 5000.0, gpus_per_task=8, preemptible=True), 100.0),
+    ]
+    res = Engine(uniform_fabric(8, 8), jobs, scheduler_config("las", "topology", seed=0), WORLD,
+                 sharing=sharing_policy(opts, WORLD)).run()  # fmt: skip
+    return {r.job_id: r.end_s for r in res.records if r.end_s is not None}
+
+
+def test_a_short_job_preempts_a_long_one_in_a_higher_las_queue() -> None:
+    without = _records(SharingOptions(preemption=True))
+    assert without["short"] > 20000.0  # waits for the long job: LAS alone cannot preempt within a class
+    with_service = _records(SharingOptions(preemption=True, by_service=True))
+    assert with_service["short"] < 6000.0
+    assert with_service["long"] > 20000.0  # it restarted from its checkpoint and paid the restart
