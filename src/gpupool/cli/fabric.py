@@ -12,7 +12,6 @@ from rich.table import Table
 
 from gpupool.domain.errors import InputError
 from gpupool.fabric import Fabric, Tier, generators, jsonio
-from gpupool.fabric.export.draw import draw as draw_fabric
 from gpupool.fabric.export.nccl import nccl_topology_env
 from gpupool.fabric.export.slurm import topology_block, topology_conf
 from gpupool.fabric.parsers.ibnetdiscover import read_ibnetdiscover
@@ -170,6 +169,9 @@ def draw(
     """Draw the fabric: tiers, switches, hosts, links coloured by rail."""
     if output.suffix.lower() not in (".svg", ".png"):
         raise typer.BadParameter("the picture must end in .svg or .png", param_hint="-o")
+    # matplotlib costs ~0.5 s to import: only the command that draws pays for it, not every `gpupool` call
+    from gpupool.fabric.export.draw import draw as draw_fabric  # noqa: PLC0415
+
     draw_fabric(jsonio.load(file), output)
     _err.print(f"wrote {output}")
 

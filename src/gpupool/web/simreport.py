@@ -20,9 +20,14 @@ _MAX_JOBS = 200_000  # jobs.csv rows read for the charts; a bigger run is summar
 
 def _folder(path: str) -> Path:
     folder = Path(path).expanduser()
-    if not folder.is_dir():
+    try:  # a name the OS refuses (too long, bad bytes) raises here rather than answering False
+        is_dir = folder.is_dir()
+        has_metrics = is_dir and (folder / "metrics.json").is_file()
+    except (OSError, ValueError) as e:
+        raise ParseError(f"cannot open: {getattr(e, 'strerror', None) or e}", source=path[:200]) from None
+    if not is_dir:
         raise ParseError("not a folder (give the output folder of `gpupool sim run`)", source=path)
-    if not (folder / "metrics.json").is_file():
+    if not has_metrics:
         raise ParseError("no metrics.json here: not a simulator output folder", source=path)
     return folder
 
@@ -31,7 +36,10 @@ def read_report(path: str) -> dict[str, Any]:
     """The metrics, per-job waits and completion times (hours, for the charts) and the plots' names."""
     folder = _folder(path)
     source = str(folder / "metrics.json")
-    text = (folder / "metrics.json").read_text(encoding="utf-8")
+    try:
+        text = (folder / "metrics.json").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ParseError(f"cannot read: {e}", source=source) from None
     try:
         metrics = json.loads(text)
     except json.JSONDecodeError as e:

@@ -179,3 +179,15 @@ def test_malformed_sim_folders_name_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(ParseError) as e:
         read_report(str(tmp_path))
     assert e.value.line == 3
+
+
+def test_a_path_the_os_refuses_is_a_clear_error_not_a_crash() -> None:
+    import pytest
+
+    from gpupool.domain.errors import ParseError
+    from gpupool.web import simreport
+
+    with pytest.raises(ParseError, match="cannot open"):
+        simreport.read_report("/tmp/" + "x" * 5000)
+    with pytest.raises(ParseError, match="not a folder"):
+        simreport.read_report("/nonexistent/folder")
