@@ -199,11 +199,6 @@ def test_gang_starts_on_two_hosts_with_ranks_and_rail_hcas(cluster: Cluster) -> 
         assert names == node_hcas and len(names) == 8
 
 
-@pytest.mark.xfail(
-    reason="server gateway keeps per-job 'started' ranks across a requeue, so the re-placed gang is marked "
-    "running once one new rank starts and the other rank's launch (sent only while PLACED) never goes out",
-    strict=False,
-)
 def test_kill9_agent_node_is_lost_and_the_gang_is_requeued_whole_elsewhere(cluster: Cluster) -> None:
     c = cluster
     job, first = start_gang(c)

@@ -59,10 +59,13 @@ class AgentGateway:
         self._store, self._ops, self._fabrics = store, ops, fabrics
         self._settings, self._signals, self._wake, self._clock = settings, signals, wake, clock
         self._lock = threading.Lock()
-        # Ranks seen started / exited cleanly, per job: a gang is running when every rank started, finished
-        # when every rank exited 0. Process-local: agents repeat their workloads' states on every beat.
-        self._started: dict[str, set[int]] = defaultdict(set)
-        self._done: dict[str, set[int]] = defaultdict(set)
+        # Assignment ids seen started / exited cleanly, per job: a gang is running when every rank of its
+        # current allocation started, finished when every one exited 0. Keyed by assignment id (which carries
+        # the allocation number), not rank: after a requeue the old allocation's ranks must not count for the
+        # new one, or the gang turns RUNNING when its first new rank starts and the others are never launched.
+        # Process-local: agents repeat their workloads' states on every beat.
+        self._started: dict[str, set[str]] = defaultdict(set)
+        self._done: dict[str, set[str]] = defaultdict(set)
 
     # -- register ----------------------------------------------------------------------------------------------
     def register(self, req: RegisterRequest, join_token: str, address: str) -> RegisterReply:
@@ -127,7 +130,7 @@ class AgentGateway:
                 continue  # a stale assignment: its stop command goes out with the reply
             for _ in range(3):
                 try:
-                    self._fold(a, len(ranks), w, f"agent:{host}")
+                    self._fold(a, frozenset(ranks), w, f"agent:{host}")
                     break
                 except StaleVersionError:
                     continue
@@ -135,21 +138,25 @@ class AgentGateway:
                     log.info("report for %s not applied: %s", w.assignment_id, e)
                     break
 
-    def _fold(self, a: Assignment, world: int, w: WorkloadStatus, actor: str) -> None:
+    def _fold(self, a: Assignment, current: frozenset[str], w: WorkloadStatus, actor: str) -> None:
         job = self._store.get_job(a.job_id)
         if job.state not in _LIVE:
             return
         changed = False
         with self._lock:
+            started, done = self._started[a.job_id], self._done[a.job_id]
+            # Forget ranks of earlier allocations of this job (requeued or preempted, then placed again).
+            started &= current
+            done &= current
             if w.state in ("starting", "running"):
-                self._started[a.job_id].add(a.rank)
-                all_started = len(self._started[a.job_id]) >= world and w.state == "running"
+                started.add(a.assignment_id)
+                all_started = started >= current and w.state == "running"
             else:
                 all_started = False
                 if w.state == "exited" and w.exit_code == 0:
-                    self._started[a.job_id].add(a.rank)
-                    self._done[a.job_id].add(a.rank)
-            all_done = len(self._done[a.job_id]) >= world
+                    started.add(a.assignment_id)
+                    done.add(a.assignment_id)
+            all_done = done >= current
         if job.state is JobState.PLACED and (all_started or all_done):
             job = self._store.transition_job(a.job_id, job.version, JobState.RUNNING, "every rank started", actor)
             changed = True

@@ -115,6 +115,46 @@ def test_a_lost_node_requeues_its_gang_and_stops_the_stale_rank_when_it_returns(
     assert relaunch and relaunch[0]["assignment_id"] not in (l1["assignment_id"], l2["assignment_id"])
 
 
+def test_a_requeued_gang_runs_only_when_every_new_rank_started(api: Api) -> None:
+    """The ranks of the first allocation must not count for the second: after the requeue, the first new
+    rank to start leaves the job PLACED, so the other rank still gets its launch."""
+    alice = api.tenant("alice")
+    nodes = {h: api.register(h, gpus=4) for h in ("gpu-01", "gpu-02", "gpu-03")}
+    body = {**JOB, "tasks": 2, "gpus_per_task": 4}
+    job_id = api.client.post("/v1/jobs", json=body, headers=alice).json()["job"]["id"]
+    api.srv.loop.run_cycle()
+    first = {h: c for h, n in nodes.items() for c in api.beat(h, n)}
+    assert len(first) == 2
+    for h, c in first.items():
+        api.beat(h, nodes[h], [status(c, "running")])
+    assert api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "running"
+    victim = min(first)
+    others = [h for h in nodes if h != victim]
+    api.clock.t += 20
+    for h in others:
+        api.beat(h, nodes[h], [status(first[h], "running")] if h in first else [])
+    api.clock.t += 20  # the victim silent for 40 s > 30 s
+    api.srv.loop.run_cycle()  # lost, gang requeued (and placed again in the same cycle)
+    api.srv.loop.run_cycle()
+    assert api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "placed"
+    events = api.client.get(f"/v1/jobs/{job_id}/events", headers=alice).json()["events"]
+    assert [e["action"] for e in events].count("job.placed") == 2
+    old = {h: [status(first[h], "running")] if h in first else [] for h in others}
+    launches = {}
+    for h in others:
+        cmds = api.beat(h, nodes[h], old[h])
+        launches[h] = next(c for c in cmds if c["kind"] == "launch")
+        assert launches[h]["assignment_id"] not in {c["assignment_id"] for c in first.values()}
+    a, b = others
+    # One new rank starts: not yet running, and the other rank's launch is still sent.
+    api.beat(a, nodes[a], [status(launches[a], "running")])
+    assert api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "placed"
+    again = [c for c in api.beat(b, nodes[b]) if c["kind"] == "launch"]
+    assert [c["assignment_id"] for c in again] == [launches[b]["assignment_id"]]
+    api.beat(b, nodes[b], [status(launches[b], "running")])
+    assert api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "running"
+
+
 def test_a_drained_node_gets_no_new_work(api: Api) -> None:
     alice = api.tenant("alice")
     api.register("gpu-01")
