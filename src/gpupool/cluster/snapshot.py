@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +44,28 @@ class RunningJob:
         return max(0.0, now_s - (self.started_at_s if self.started_at_s is not None else self.placed_at_s))
 
 
+class SnapshotMemo:
+    """Values derived from a snapshot's health and node arrays (GPU grades and temperatures, switch state,
+    node states and labels), computed once and shared by every snapshot until one of those arrays changes.
+
+    Why: the scheduler's fixed cost per cycle (telemetry penalties, usable GPUs) depends only on these
+    arrays, which change rarely, while jobs change the snapshot every cycle. ``ClusterState`` hands out a
+    fresh memo whenever one of them changes, so a stored value can never be stale; values must be immutable
+    (frozen, read-only arrays). A snapshot built by hand gets a memo of its own.
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self) -> None:
+        self._values: dict[Hashable, object] = {}
+
+    def get(self, key: Hashable) -> object | None:
+        return self._values.get(key)
+
+    def put(self, key: Hashable, value: object) -> None:
+        self._values[key] = value
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     """The cluster at one version. The fabric index is shared; every array here is a read-only copy.
@@ -71,6 +93,7 @@ class ClusterSnapshot:
     pending: tuple[JobSpec, ...]
     attained_gpu_s: Mapping[str, float]  # GPU-seconds of service each job has had so far (for LAS)
     preemption_count: Mapping[str, int]  # how often each job has been preempted (its history in the queue)
+    memo: SnapshotMemo = field(default_factory=SnapshotMemo, compare=False, repr=False)
 
     @property
     def fabric_name(self) -> str:

@@ -22,6 +22,7 @@ from gpupool.cluster.snapshot import (
     NODE_UP,
     ClusterSnapshot,
     RunningJob,
+    SnapshotMemo,
 )
 from gpupool.domain.errors import CapacityConflictError, TransitionError
 from gpupool.domain.events import (
@@ -89,6 +90,12 @@ class ClusterState:
         self._preempted: dict[str, int] = {}
         self.version = 0
         self._snap: ClusterSnapshot | None = None
+        # Read-only copies the next snapshot may reuse, per group of arrays; an event drops the groups it
+        # changes (most events are job events, which leave health and node arrays alone).
+        self._usage_ro: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._health_ro: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._nodes_ro: tuple[np.ndarray, tuple[frozenset[tuple[str, str]], ...]] | None = None
+        self._memo = SnapshotMemo()
 
     # ---------------------------------------------------------------- queries
 
@@ -172,6 +179,21 @@ class ClusterState:
                 raise TypeError(f"not an event: {type(event).__name__}")
         self.version += 1
         self._snap = None
+        self._drop(event)
+
+    def _drop(self, event: Event) -> None:
+        """Forget the reusable copies ``event`` made stale."""
+        match event:
+            case JobSubmitted() | JobStarted() | JobCheckpointed():
+                pass  # only the job maps changed
+            case JobPlaced() | JobFinished() | JobCancelled() | JobPreempted():
+                self._usage_ro = None
+            case NodeDrained() | NodeRestored() | NodeLabelled():
+                self._nodes_ro = None
+                self._memo = SnapshotMemo()
+            case _:  # NodeLost (jobs, node state and temperatures) and every telemetry event
+                self._usage_ro = self._health_ro = self._nodes_ro = None
+                self._memo = SnapshotMemo()
 
     # ---------------------------------------------------------------- snapshots
 
@@ -179,29 +201,45 @@ class ClusterState:
         """An immutable copy; repeated calls without events in between return the same object."""
         if self._snap is not None:
             return self._snap
-        temp_grade = np.where(
-            self._temp >= self.rules.temp_bad_c,
-            int(HealthGrade.BAD),
-            np.where(self._temp >= self.rules.temp_degraded_c, int(HealthGrade.DEGRADED), int(HealthGrade.OK)),
-        )
+        if self._usage_ro is None:
+            self._usage_ro = (_ro(self._used_milli), _ro(self._used_mem), _ro(self._cpu_used), _ro(self._mem_used))
+        if self._health_ro is None:
+            temp_grade = np.where(
+                self._temp >= self.rules.temp_bad_c,
+                int(HealthGrade.BAD),
+                np.where(self._temp >= self.rules.temp_degraded_c, int(HealthGrade.DEGRADED), int(HealthGrade.OK)),
+            )
+            self._health_ro = (
+                _ro(np.maximum(self._reported_grade, temp_grade).astype(np.int64)),
+                _ro(self._temp),
+                _ro(self._congestion),
+                _ro(self._erroring),
+                _ro(self._link),
+            )
+        if self._nodes_ro is None:
+            self._nodes_ro = (_ro(np.array([_NODE_CODE[s] for s in self._node], dtype=np.int64)), tuple(self._labels))
+        used_milli, used_mem, cpu_used, mem_used = self._usage_ro
+        grade, temp, congestion, erroring, link = self._health_ro
+        node_state, labels = self._nodes_ro
         self._snap = ClusterSnapshot(
             index=self.index,
             version=self.version,
-            gpu_used_milli=_ro(self._used_milli),
-            gpu_used_memory_mib=_ro(self._used_mem),
-            gpu_grade=_ro(np.maximum(self._reported_grade, temp_grade).astype(np.int64)),
-            gpu_temperature_c=_ro(self._temp),
-            host_cpu_used=_ro(self._cpu_used),
-            host_memory_used=_ro(self._mem_used),
-            node_state=_ro(np.array([_NODE_CODE[s] for s in self._node], dtype=np.int64)),
-            host_labels=tuple(self._labels),
-            switch_congestion=_ro(self._congestion),
-            switch_erroring=_ro(self._erroring),
-            switch_link_state=_ro(self._link),
+            gpu_used_milli=used_milli,
+            gpu_used_memory_mib=used_mem,
+            gpu_grade=grade,
+            gpu_temperature_c=temp,
+            host_cpu_used=cpu_used,
+            host_memory_used=mem_used,
+            node_state=node_state,
+            host_labels=labels,
+            switch_congestion=congestion,
+            switch_erroring=erroring,
+            switch_link_state=link,
             running=MappingProxyType(dict(self._running)),
             pending=tuple(self._pending.values()),
             attained_gpu_s=MappingProxyType(dict(self._attained)),
             preemption_count=MappingProxyType(dict(self._preempted)),
+            memo=self._memo,
         )
         return self._snap
 

@@ -25,6 +25,23 @@ BoolArray = npt.NDArray[np.bool_]
 _JournalEntry = tuple[int, IntArray, IntArray, int, int]
 
 
+def _usable(snapshot: ClusterSnapshot) -> tuple[BoolArray, BoolArray, IntArray]:
+    """Hosts up, usable GPUs and their full memory: fixed while node states and grades are, so remembered in
+    the snapshot's memo (read-only: every cycle of the memo shares them)."""
+    got = snapshot.memo.get("capacity.usable")
+    if isinstance(got, tuple):
+        return got
+    ix = snapshot.index
+    up: BoolArray = snapshot.node_state == NODE_UP
+    usable: BoolArray = ix.gpu_exists & (snapshot.gpu_grade < int(HealthGrade.BAD)) & up[:, None]
+    full_mem: IntArray = np.where(usable, ix.gpu_memory_mib, 0)
+    for a in (up, usable, full_mem):
+        a.setflags(write=False)
+    out = (up, usable, full_mem)
+    snapshot.memo.put("capacity.usable", out)
+    return out
+
+
 class Capacity:
     """Free capacity during one cycle. Owned by one ``schedule`` call; never shared."""
 
@@ -54,10 +71,9 @@ class Capacity:
         ix: FabricIndex = snapshot.index
         self.index = ix
         self.G = ix.max_gpus
-        up = snapshot.node_state == NODE_UP
-        usable = ix.gpu_exists & (snapshot.gpu_grade < int(HealthGrade.BAD)) & up[:, None]
+        up, usable, full_mem = _usable(snapshot)
         self.usable: BoolArray = usable
-        self.full_mem: IntArray = np.where(usable, ix.gpu_memory_mib, 0)
+        self.full_mem: IntArray = full_mem
         self.free_milli: IntArray = np.where(usable, MILLI_PER_GPU - snapshot.gpu_used_milli, 0)
         self.free_mem: IntArray = np.where(usable, ix.gpu_memory_mib - snapshot.gpu_used_memory_mib, 0)
         self.whole: BoolArray = usable & (snapshot.gpu_used_milli == 0) & (snapshot.gpu_used_memory_mib == 0)

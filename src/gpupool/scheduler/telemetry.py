@@ -1,6 +1,7 @@
 """The telemetry term any placer can use: penalties per GPU, host and domain from health and congestion.
 
-Computed once per cycle from the snapshot, vectorised. A GPU's penalty grows with a DEGRADED grade and
+Computed from the snapshot, vectorised, and kept in the snapshot's memo (``SnapshotMemo``: shared until a
+health or node array changes), so cycles that only saw job events reuse them. A GPU's penalty grows with a DEGRADED grade and
 with temperature; a host's is its worst usable GPU's plus the worst of its leaves (congested, erroring,
 degraded or down uplinks). ``band`` is 1 where the penalty reaches the avoid threshold: placers sort on
 the band first, so a sick host or leaf is used only when no healthy one fits.
@@ -32,6 +33,21 @@ class Penalties:
 
 
 def penalties(snapshot: ClusterSnapshot, w: TelemetryWeights) -> Penalties:
+    """The penalties of ``snapshot`` under weights ``w`` (remembered per memo and weights)."""
+    key = ("telemetry.penalties", w)
+    got = snapshot.memo.get(key)
+    if isinstance(got, Penalties):
+        return got
+    out = _penalties(snapshot, w)
+    snapshot.memo.put(key, out)
+    return out
+
+
+def _ro(a: npt.NDArray[np.generic]) -> None:
+    a.setflags(write=False)  # shared by every cycle of a memo: nobody may change it
+
+
+def _penalties(snapshot: ClusterSnapshot, w: TelemetryWeights) -> Penalties:
     ix = snapshot.index
     grade = snapshot.gpu_grade
     temp = np.nan_to_num(snapshot.gpu_temperature_c, nan=0.0)
@@ -56,7 +72,7 @@ def penalties(snapshot: ClusterSnapshot, w: TelemetryWeights) -> Penalties:
         size = np.bincount(lv.ids, minlength=lv.count)
         doms.append(np.bincount(lv.ids, weights=host, minlength=lv.count) / np.maximum(size, 1))
         dom_bands.append((np.bincount(lv.ids, weights=band, minlength=lv.count) > 0).astype(np.int64))
-    return Penalties(
+    out = Penalties(
         gpu=gpu.astype(np.float64),
         host=host.astype(np.float64),
         host_band=band,
@@ -64,3 +80,6 @@ def penalties(snapshot: ClusterSnapshot, w: TelemetryWeights) -> Penalties:
         domain_band=tuple(dom_bands),
         any=bool(host.any()),
     )
+    for a in (out.gpu, out.host, out.host_band, *out.domain, *out.domain_band):
+        _ro(a)
+    return out
