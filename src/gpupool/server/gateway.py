@@ -110,7 +110,11 @@ class AgentGateway:
                     log.warning("cannot build the launch of %s: %s", aid, e)
         for aid, w in reported.items():
             if w.state in ("starting", "running") and aid not in desired:
-                commands.append(StopCommand(assignment_id=aid, reason="no longer assigned to this node"))
+                commands.append(
+                    StopCommand(
+                        assignment_id=aid, grace_s=self._settings.stop_grace_s, reason="no longer assigned to this node"
+                    )
+                )
         commands.extend(self._signals.take(host))
         return HeartbeatReply(
             commands=tuple(commands),

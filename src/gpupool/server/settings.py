@@ -43,6 +43,7 @@ class Settings:
     master_port_base: int = 29500
     preemption: bool = True  # quota reclaims, pool windows and priority may preempt (after a checkpoint signal)
     preemption_grace_s: float = 300.0  # between the checkpoint signal and the stop
+    stop_grace_s: float = 30.0  # a stopped workload's SIGTERM -> SIGKILL delay (cancel, preemption, stale ranks)
     preemption_min_runtime_s: float = 300.0  # a job runs this long before a preemptor may take its GPUs
     require_quota: bool = False  # a tenant without a quota in a pool may not run there
     usage_half_life_s: float = 7 * 86400.0  # fair share forgets half of a tenant's usage this often
@@ -92,4 +93,9 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
         raw = env.get(f"GPUPOOL_{name.upper()}")
         if raw is not None:
             values[name] = _coerce(name, raw, kind, f"GPUPOOL_{name.upper()}", None)
+            if name == "stop_grace_s" and values[name] < 0:
+                raise ParseError(f"setting {name!r}: {raw!r} is negative", source=f"GPUPOOL_{name.upper()}")
+    # The agent protocol refuses a negative grace, so one would fail every heartbeat that stops a workload.
+    if values.get("stop_grace_s", 0.0) < 0:
+        raise ParseError(f"setting 'stop_grace_s': {values['stop_grace_s']!r} is negative", source=str(path))
     return replace(Settings(), **values)

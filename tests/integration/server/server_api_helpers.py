@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +80,9 @@ class Api:
         return list(r.json()["commands"])
 
 
-def make_api(url: str, tmp_path: Path, clock: Clock) -> Iterator[Api]:
+def make_api(url: str, tmp_path: Path, clock: Clock, **overrides: Any) -> Iterator[Api]:
     settings = Settings(data_dir=str(tmp_path), database_url=url, admin_token=ADMIN, node_lost_after_s=30.0)
+    settings = replace(settings, **overrides)
     app = create_app(settings, clock=clock, run_loop=False)
     with TestClient(app) as client:
         yield Api(client, app.state.server, clock)

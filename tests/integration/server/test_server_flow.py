@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from server_api_helpers import Api
+from pathlib import Path
+
+from server_api_helpers import Api, Clock, make_api
 
 JOB = {"command": ["python", "-c", "print('hi')"], "tasks": 1, "gpus_per_task": 2}
 
@@ -65,6 +67,20 @@ def test_cancel_of_a_running_job_stops_it_on_the_next_heartbeat(api: Api) -> Non
     assert r.status_code == 200 and r.json()["state"] == "cancelled"
     (stop,) = api.beat("gpu-01", node, [status(launch, "running")])
     assert stop["kind"] == "stop" and stop["assignment_id"] == launch["assignment_id"]
+    assert stop["grace_s"] == 30.0  # the default stop grace
+
+
+def test_the_stop_grace_comes_from_the_settings(db_url: str, tmp_path: Path, clock: Clock) -> None:
+    for api in make_api(db_url, tmp_path, clock, stop_grace_s=1.5):
+        alice = api.tenant("alice")
+        node = api.register("gpu-01")
+        job_id = api.client.post("/v1/jobs", json=JOB, headers=alice).json()["job"]["id"]
+        api.srv.loop.run_cycle()
+        (launch,) = api.beat("gpu-01", node)
+        api.beat("gpu-01", node, [status(launch, "running")])
+        assert api.client.post(f"/v1/jobs/{job_id}/cancel", headers=alice).status_code == 200
+        (stop,) = api.beat("gpu-01", node, [status(launch, "running")])
+        assert stop["kind"] == "stop" and stop["grace_s"] == 1.5
 
 
 def test_a_gang_spans_nodes_with_one_master(api: Api) -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from gpupool.domain.errors import ParseError
 from gpupool.server.settings import Settings, load_settings
 from gpupool.store import default_url
 
@@ -17,3 +20,14 @@ def test_preemption_settings_come_from_the_environment(tmp_path: Path) -> None:
     f.write_text("preemption: true\npreemption_grace_s: 60\n", encoding="utf-8")
     s = load_settings(f, env={"GPUPOOL_PREEMPTION": "false", "GPUPOOL_REQUIRE_QUOTA": "yes"})
     assert (s.preemption, s.preemption_grace_s, s.require_quota) == (False, 60.0, True)
+
+
+def test_stop_grace_comes_from_the_environment_and_must_not_be_negative(tmp_path: Path) -> None:
+    assert load_settings(env={}).stop_grace_s == 30.0
+    assert load_settings(env={"GPUPOOL_STOP_GRACE_S": "1.5"}).stop_grace_s == 1.5
+    with pytest.raises(ParseError, match="negative"):
+        load_settings(env={"GPUPOOL_STOP_GRACE_S": "-1"})
+    f = tmp_path / "s.yaml"
+    f.write_text("stop_grace_s: -2\n", encoding="utf-8")
+    with pytest.raises(ParseError, match="negative"):
+        load_settings(f, env={})
