@@ -87,7 +87,8 @@ def create_app(settings: Settings, *, clock: Callable[[], float] | None = None, 
     app.add_exception_handler(GpupoolError, _error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.include_router(router)
-    mount_dashboard(app)  # the dashboard at / and /ui, behind the same tokens
+    # The dashboard at / and /ui, behind the same tokens, with the gateway's latest samples per host.
+    mount_dashboard(app, telemetry=srv.gateway.telemetry)
 
     @app.get("/healthz", response_model=api.HealthOut)
     def healthz(s: Srv) -> api.HealthOut:

@@ -33,6 +33,7 @@ from gpupool.schemas.agent import (
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.loop import SignalQueue
 from gpupool.server.settings import Settings
+from gpupool.server.telemetry import LiveTelemetry
 from gpupool.store import Store
 from gpupool.store.server_ops import Assignment, ServerOps
 
@@ -59,6 +60,7 @@ class AgentGateway:
         self._store, self._ops, self._fabrics = store, ops, fabrics
         self._settings, self._signals, self._wake, self._clock = settings, signals, wake, clock
         self._lock = threading.Lock()
+        self.telemetry = LiveTelemetry()  # the dashboard's live samples: one per host, in memory only
         # Assignment ids seen started / exited cleanly, per job: a gang is running when every rank of its
         # current allocation started, finished when every one exited 0. Keyed by assignment id (which carries
         # the allocation number), not rank: after a requeue the old allocation's ranks must not count for the
@@ -91,6 +93,7 @@ class AgentGateway:
     # -- heartbeat ---------------------------------------------------------------------------------------------
     def heartbeat(self, host: str, req: HeartbeatRequest) -> HeartbeatReply:
         actor = f"agent:{host}"
+        self.telemetry.record(host, req)
         before = self._store.get_node(host)
         grades = [_GRADE[g.health] for g in sorted(req.gpus, key=lambda g: g.index)]
         # A partial sample (fewer GPUs than registered) says nothing about the missing ones: keep the stored grades.
