@@ -130,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         engine = Engine(fabric, jobs, scheduler_config("priority", "topology", seed=args.seed), world,
                         seed=args.seed, sharing=sharing_policy(opts, world),
                         demand_headroom_gpus=args.headroom)  # fmt: skip
-        # Replicas are pinned to the hosts inference owns by day (the calendar's prefix of the SU): a
-        # scheduler pool reclaim does not spare non-preemptible jobs, so a replica must not borrow training's.
+        # Replicas are pinned to the hosts inference owns by day (the calendar's prefix of the SU). Since
+        # brief I4 the scheduler itself never reclaims a non-preemptible job nor lends it other pools' hosts,
+        # and keeps the hosts covering a pool's demand target unlent; the pinning is kept so that runs
+        # before and after compare the same workload.
         for h in fabric.hosts[: round(DAY_SHARE * len(fabric.hosts))]:
             engine.state.apply(NodeLabelled(h.name, INFERENCE_HOSTS, 0.0))
         res = engine.run()

@@ -7,7 +7,8 @@ hosts the pool's running jobs occupy first (most of their GPUs first), then fabr
 away from its jobs, so a closing window hands over free hosts before it strands a running service.
 The hosts between the two boundaries changed owner when the window last opened or closed; ``since`` says
 when, so the jobs that were placed there before then (borrowers now) get their grace from that moment.
-A pool's demand target (replicas x GPUs + headroom) extends its prefix further when its share is short.
+A pool's demand target (replicas x GPUs + headroom) extends its prefix further when its share is short,
+and the hosts that cover the target are kept: not lent to other pools even when idle.
 """
 
 from __future__ import annotations
@@ -34,12 +35,23 @@ class PoolMap:
     names: tuple[str, ...]  # pool code -> name; code 0 is the default pool
     owner: IntArray  # (hosts,) pool code
     since: FloatArray  # (hosts,) when the owner last changed (-inf: never)
+    # (hosts,) hosts a pool with a demand target keeps for it (its services and their headroom): never lent,
+    # so a new service finds room at once instead of waiting out a reclaim's grace. None: no demand targets.
+    kept: BoolArray | None = None
 
     def code(self, pool: str) -> int:
         return self.names.index(pool) if pool in self.names else -1
 
     def owned_by(self, pool: str) -> BoolArray:
         out: BoolArray = self.owner == self.code(pool)
+        return out
+
+    def lendable_to(self, pool: str) -> BoolArray:
+        """Hosts a job of ``pool`` may use: its pool's, and other pools' that are not kept for their demand."""
+        own = self.owned_by(pool)
+        if self.kept is None:
+            return np.ones_like(own)
+        out: BoolArray = own | ~self.kept
         return out
 
     def gpus(self, ix: FabricIndex, pool: str) -> int:
@@ -81,6 +93,7 @@ def pool_map(
     owner = np.zeros(ix.n_hosts, dtype=np.int64)
     since = np.full(ix.n_hosts, -np.inf, dtype=np.float64)
     taken = np.zeros(ix.n_hosts, dtype=np.bool_)
+    kept = np.zeros(ix.n_hosts, dtype=np.bool_)
     wanted = {d.pool: d for d in demand}
     for share in calendar.shares_at(now_s):
         sel = _selection(ix, share.sus, share.hosts)
@@ -97,6 +110,8 @@ def pool_map(
         since[sel[lo:hi]] = share.since_s
         d = wanted.get(share.pool)
         if d is not None:
+            need = np.cumsum(ix.host_gpus[sel]) < d.gpus
+            kept[sel[: min(int(need.sum()) + 1, n)]] = True  # the first hosts (its services' first) cover it
             have = int(ix.host_gpus[sel[:k_now]].sum())
             extra = k_now
             while have < d.gpus and extra < n:
@@ -106,4 +121,4 @@ def pool_map(
                 extra += 1
             k_now = extra
         taken[sel[:k_now]] = True
-    return PoolMap(names, owner, since)
+    return PoolMap(names, owner, since, kept if demand else None)

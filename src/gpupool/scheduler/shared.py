@@ -166,6 +166,7 @@ class _Cycle:
         # Per-cycle masks: a pool's hosts, and a host mask narrowed to a pool (both fixed for the cycle).
         self._owned: dict[str, BoolArray] = {}
         self._narrowed: dict[tuple[Shape, str], BoolArray | None] = {}
+        self._lent: dict[tuple[Shape, str], BoolArray | None] = {}
         self._run_hosts: dict[str, tuple[int, ...]] = {}
         self._shape_ids: dict[Shape, int] = {}
         self._run_queue: dict[str, int] = {}
@@ -207,6 +208,15 @@ class _Cycle:
         if key not in self._narrowed:
             self._narrowed[key] = _and(base, self.owned(pool))
         return self._narrowed[key]
+
+    def lent(self, base: BoolArray | None, base_key: Shape, pool: str) -> BoolArray | None:
+        """``base`` and the hosts a job of ``pool`` may use beyond its own: none kept for another's demand."""
+        if self.pools is None or self.pools.kept is None:
+            return base
+        key = (base_key, pool)
+        if key not in self._lent:
+            self._lent[key] = _and(base, self.pools.lendable_to(pool))
+        return self._lent[key]
 
     def running_hosts(self, r: RunningJob) -> tuple[int, ...]:
         got = self._run_hosts.get(r.spec.job_id)
@@ -354,10 +364,12 @@ class _Cycle:
             pools.append(None)
         for k in sizes:
             for pool in pools:
-                key = ("place", sk, k, pool, resv_key)
+                # Lent hosts depend on the job's pool when some pool keeps hosts for its demand.
+                lent_key = None if pool is not None or self.pools is None or self.pools.kept is None else job.pool
+                key = ("place", sk, k, pool, lent_key, resv_key)
                 if seen.refused(key):
                     continue
-                mask = self.narrowed(base, base_key, pool) if pool is not None else base
+                mask = self.narrowed(base, base_key, pool) if pool is not None else self.lent(base, base_key, job.pool)
                 need = make_need(job, cap, _and(mask, free_of_resv))
                 if k != job.tasks:
                     need = dataclasses.replace(need, tasks=k)

@@ -18,7 +18,7 @@ from gpupool.cluster import ClusterState, FabricIndex
 from gpupool.domain.calendar import parse_calendar
 from gpupool.domain.events import JobPlaced, JobStarted, JobSubmitted
 from gpupool.domain.jobs import JobSpec, PriorityClass, Scaling, Scope
-from gpupool.domain.sharing import Quota
+from gpupool.domain.sharing import PoolDemand, Quota
 from gpupool.fabric.generators import leaf_spine
 from gpupool.scheduler import (
     PLACERS,
@@ -115,6 +115,11 @@ def sharing(draw: st.DrawFn) -> SharingPolicy:
         quotas=quotas,
         require_quota=draw(st.booleans()),
         calendar=CAL if draw(st.booleans()) else None,
+        pool_demand=draw(
+            st.sampled_from(
+                [(), (PoolDemand("inference", 3, 8, DAY0 + 9 * 3600),), (PoolDemand("inference", 1, 4, 0.0),)]
+            )
+        ),
         lend_pools=draw(st.booleans()),
         preemption=PreemptionConfig(
             enabled=draw(st.booleans()),

@@ -9,6 +9,7 @@ from gpupool.cluster import ClusterState
 from gpupool.domain.calendar import parse_calendar
 from gpupool.domain.events import JobCheckpointed, JobFinished, JobPlaced, JobStarted, JobSubmitted
 from gpupool.domain.jobs import JobSpec
+from gpupool.domain.sharing import PoolDemand
 from gpupool.scheduler import (
     PreemptionConfig,
     ReasonCode,
@@ -167,3 +168,19 @@ def test_a_pool_reclaim_takes_the_preemptible_borrower() -> None:
     started(state, [make_job("tb", gpus=8, pool="training", preemptible=True, t=5.0)], night, sh)
     r = go(state, [make_job("inf", gpus=8, pool="inference", t=10.0)], night + 100, sh)
     assert [(p.job_id, p.reason) for p in r.preemptions] == [("tb", ReasonCode.POOL_RECLAIM)]
+
+
+def test_hosts_kept_for_a_pools_demand_are_not_lent() -> None:
+    state = ClusterState(make_fabric(1, 4))
+    cal = parse_calendar(CAL, "pools.toml")
+    night = DAY0 + 3 * 3600  # inference owns node001, training node002-node004
+    lend = SharingPolicy(calendar=cal, lend_pools=True)
+    started(state, [make_job(f"t{i}", gpus=8, pool="training", t=float(i)) for i in range(3)], night, lend)
+    extra = make_job("extra", gpus=8, pool="training", preemptible=True, t=5.0)
+    r = go(state, [extra], night + 1, lend)
+    assert [t.host for a in r.placements for t in a.tasks] == ["node001"]  # idle, so lent
+    demand = SharingPolicy(calendar=cal, lend_pools=True, pool_demand=(PoolDemand("inference", 0, 1, 0.0, 4),))
+    r2 = go(state, [extra], night + 1, demand)
+    assert not r2.placements  # node001 is its headroom: kept, so a new service starts at once
+    inf = go(state, [make_job("svc", gpus=4, pool="inference", t=6.0)], night + 2, demand)
+    assert [t.host for a in inf.placements for t in a.tasks] == ["node001"]
