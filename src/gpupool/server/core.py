@@ -11,6 +11,7 @@ from gpupool.server.auth import Authenticator
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.gateway import AgentGateway
 from gpupool.server.leader import LeaderLock
+from gpupool.server.liveness import LastSeen
 from gpupool.server.loop import SchedulingLoop, SignalQueue
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.settings import Settings
@@ -46,11 +47,13 @@ def build_server(
     store.migrate()
     ops = ServerOps(store)
     fabrics = FabricCache(store, ops)
-    metrics = ServerMetrics(store, clock)
+    # Steady heartbeats' times are persisted in batches, three per lost-timeout (see ``liveness``).
+    seen = LastSeen(store, settings.node_lost_after_s / 3)
+    metrics = ServerMetrics(store, clock, seen.unflushed)
     signals = SignalQueue()
     loop = SchedulingLoop(
-        store, ops, fabrics, settings, metrics, signals, LeaderLock(settings.url), config=config, clock=clock
+        store, ops, fabrics, settings, metrics, signals, LeaderLock(settings.url), config=config, clock=clock, seen=seen
     )
-    gateway = AgentGateway(store, ops, fabrics, settings, signals, loop.wake, clock)
+    gateway = AgentGateway(store, ops, fabrics, settings, signals, loop.wake, clock, seen)
     auth = Authenticator(store, settings.admin_token, settings.auth_cache_s, clock)
     return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, SubmitWriter(ops))

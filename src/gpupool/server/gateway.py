@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from gpupool.domain.errors import GpupoolError, StaleVersionError
 from gpupool.domain.events import HealthGrade
-from gpupool.domain.states import JobState
+from gpupool.domain.states import JobState, NodeState
 from gpupool.domain.workload import workload_env
 from gpupool.fabric.export.nccl import nccl_ib_hca
 from gpupool.schemas.agent import (
@@ -31,6 +31,7 @@ from gpupool.schemas.agent import (
     WorkloadStatus,
 )
 from gpupool.server.fabric_cache import FabricCache
+from gpupool.server.liveness import LastSeen
 from gpupool.server.loop import SignalQueue
 from gpupool.server.settings import Settings
 from gpupool.server.telemetry import LiveTelemetry
@@ -56,8 +57,9 @@ class AgentGateway:
         signals: SignalQueue,
         wake: Callable[[], None],
         clock: Callable[[], float],
+        seen: LastSeen,
     ) -> None:
-        self._store, self._ops, self._fabrics = store, ops, fabrics
+        self._store, self._ops, self._fabrics, self._seen = store, ops, fabrics, seen
         self._settings, self._signals, self._wake, self._clock = settings, signals, wake, clock
         self._lock = threading.Lock()
         self.telemetry = LiveTelemetry()  # the dashboard's live samples: one per host, in memory only
@@ -98,9 +100,13 @@ class AgentGateway:
         grades = [_GRADE[g.health] for g in sorted(req.gpus, key=lambda g: g.index)]
         # A partial sample (fewer GPUs than registered) says nothing about the missing ones: keep the stored grades.
         health = grades if req.gpus and len(grades) == before.gpu_count else None
-        node = self._store.heartbeat(host, health=health, actor=actor)
-        if node.state is not before.state:
-            self._wake()
+        if before.state is not NodeState.LOST and (health is None or tuple(health) == before.health):
+            # Nothing durable changed: the time is noted in memory and persisted in a batch (no transaction).
+            self._seen.note(host, self._clock())
+        else:
+            node = self._store.heartbeat(host, health=health, actor=actor)
+            if node.state is not before.state or node.health != before.health:
+                self._wake()
         self._apply(host, req.workloads)
         desired = {a.assignment_id: a for a in self._ops.assignments(host)}
         reported = {w.assignment_id: w for w in req.workloads}

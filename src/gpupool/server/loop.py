@@ -43,6 +43,7 @@ from gpupool.scheduler.deadlines import Admission, admit
 from gpupool.schemas.agent import SignalCommand
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.leader import LeaderLock
+from gpupool.server.liveness import LastSeen
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.settings import Settings
 from gpupool.server.sharing import SharingBuilder
@@ -91,11 +92,17 @@ class SchedulingLoop:
         *,
         config: SchedulerConfig | None = None,
         clock: Callable[[], float] = time.time,
+        seen: LastSeen | None = None,
     ) -> None:
         self._store, self._ops, self._fabrics = store, ops, fabrics
         self._settings, self._metrics, self._signals, self._leader = settings, metrics, signals, leader
         self._config = config or SchedulerConfig()
         self._clock = clock
+        self._seen = seen
+        # When this process last became the leader: a node is judged silent only after a full lost-timeout
+        # of our leadership, so a standby taking over (whose predecessor may have held beats unflushed in
+        # memory) does not mark every node lost at once.
+        self._leader_since: float | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -137,6 +144,7 @@ class SchedulingLoop:
             self._metrics.leader.set(1 if leader else 0)
             if not leader:
                 self._state = None
+                self._leader_since = None
                 self._stop.wait(self._settings.leader_retry_s)
                 continue
             try:
@@ -241,18 +249,29 @@ class SchedulingLoop:
     # -- node loss ---------------------------------------------------------------------------------------------
     def _mark_lost_nodes(self) -> None:
         now = self._clock()
-        for n in self._store.list_nodes():
-            if n.state is NodeState.LOST or n.last_heartbeat_s is None:
-                continue
-            if now - n.last_heartbeat_s <= self._settings.node_lost_after_s:
+        if self._leader_since is None:
+            self._leader_since = now
+        limit = self._settings.node_lost_after_s
+        nodes = self._store.list_nodes()
+        if self._seen is not None and any(self._silent(n, now, limit) for n in nodes):
+            self._seen.flush(now)  # beats this replica holds in memory first: a beating node is never lost
+            nodes = self._store.list_nodes()
+        for n in nodes:
+            if not self._silent(n, now, limit):
                 continue
             try:
                 self._store.transition_node(n.name, NodeState.LOST, "no heartbeat", ACTOR, expected_version=n.version)
             except GpupoolError:
                 continue  # it beat again meanwhile, or another writer moved it
-            log.warning("node %s lost: last heartbeat %.1f s ago", n.name, now - n.last_heartbeat_s)
+            log.warning("node %s lost: last heartbeat %.1f s ago", n.name, now - (n.last_heartbeat_s or now))
             self.requeue_host(n.name, "its node was lost")
             self._dirty = True
+
+    def _silent(self, n: NodeRecord, now: float, limit: float) -> bool:
+        if n.state is NodeState.LOST or n.last_heartbeat_s is None:
+            return False
+        since = max(n.last_heartbeat_s, self._leader_since or n.last_heartbeat_s)
+        return now - since > limit
 
     def requeue_host(self, host: str, reason: str) -> None:
         """Every job holding GPUs on ``host`` goes back to the queue, whole gang."""

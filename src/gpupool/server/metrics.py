@@ -16,9 +16,12 @@ from gpupool.store import Store
 
 
 class _StoreCollector(Collector):
-    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, store: Store, clock: Callable[[], float], unflushed: Callable[[], Mapping[str, float]] | None
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._unflushed = unflushed
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = self._clock()
@@ -31,14 +34,19 @@ class _StoreCollector(Collector):
         age = GaugeMetricFamily(
             "gpupool_agent_heartbeat_age_seconds", "Seconds since each node's last heartbeat", labels=["node"]
         )
+        # Steady beats are persisted in batches: this replica's newer, unflushed times win.
+        fresh = {} if self._unflushed is None else self._unflushed()
         for n in self._store.list_nodes():
-            if n.last_heartbeat_s is not None:
-                age.add_metric([n.name], max(0.0, now - n.last_heartbeat_s))
+            last = max(n.last_heartbeat_s or 0.0, fresh.get(n.name, 0.0)) or None
+            if last is not None:
+                age.add_metric([n.name], max(0.0, now - last))
         yield age
 
 
 class ServerMetrics:
-    def __init__(self, store: Store, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, store: Store, clock: Callable[[], float], unflushed: Callable[[], Mapping[str, float]] | None = None
+    ) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.queue_depth = Gauge(
@@ -58,7 +66,7 @@ class ServerMetrics:
         self.gpus_free = Gauge("gpupool_gpus_free", "GPUs nobody holds, on up nodes", ["pool", "gpu_model"], registry=r)
         self.leader = Gauge("gpupool_leader", "1 while this replica runs the scheduling loop", registry=r)
         self.submits = Counter("gpupool_job_submits", "Jobs accepted by this replica", registry=r)
-        r.register(_StoreCollector(store, clock))
+        r.register(_StoreCollector(store, clock, unflushed))
 
     def set_queue(self, depth: Mapping[tuple[str, str], int]) -> None:
         self.queue_depth.clear()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -145,6 +145,21 @@ class AdminMixin(StoreBase):
                     self._audit(s, actor, "node.health", f"node/{name}", {"health": loads(new, name)}, now)
             s.flush()
             return node_record(row)
+
+    def touch_nodes(self, seen: Mapping[str, float]) -> None:
+        """Record heartbeat times (host -> time) in one transaction, never moving a time backwards. Only the
+        time changes: a beat that changes state or health goes through ``heartbeat``."""
+        if not seen:
+            return
+        stmt = (
+            update(NodeRow)
+            .where(NodeRow.name == bindparam("n"))
+            .where(or_(NodeRow.last_heartbeat_s.is_(None), NodeRow.last_heartbeat_s < bindparam("t")))
+            .values(last_heartbeat_s=bindparam("t"))
+            .execution_options(synchronize_session=False)
+        )
+        with self._tx(write=True) as s:
+            s.connection().execute(stmt, [{"n": n, "t": t} for n, t in sorted(seen.items())])
 
     def transition_node(
         self, name: str, new_state: NodeState, reason: str, actor: str, *, expected_version: int | None = None

@@ -1,0 +1,56 @@
+"""Steady heartbeats cost no write: their times are kept in memory and persisted in batches, and still no
+beating node is ever judged lost; a new leader gives every node a full lost-timeout."""
+
+from __future__ import annotations
+
+from server_api_helpers import Api
+
+
+def stored_beat(api: Api, host: str) -> float | None:
+    return api.srv.store.get_node(host).last_heartbeat_s
+
+
+def test_a_steady_beat_is_batched_and_a_beating_node_is_never_lost(api: Api) -> None:
+    node = api.register("gpu-01")
+    t0 = stored_beat(api, "gpu-01")
+    api.clock.t += 5
+    api.beat("gpu-01", node)
+    assert stored_beat(api, "gpu-01") == t0  # noted in memory, no transaction
+    assert api.srv.gateway._seen.unflushed() == {"gpu-01": api.clock.t}
+    api.clock.t += 10  # 10 s >= 30 / 3 since the first note: this beat flushes the batch
+    api.beat("gpu-01", node)
+    assert stored_beat(api, "gpu-01") == api.clock.t
+    # Beating every 9 s (under the flush period): the stored time lags, yet the loop flushes before judging.
+    for _ in range(5):
+        api.clock.t += 9
+        api.beat("gpu-01", node)
+    api.srv.loop.run_cycle()
+    assert api.srv.store.get_node("gpu-01").state.value == "up"
+    assert 'gpupool_agent_heartbeat_age_seconds{node="gpu-01"} 0.0' in api.client.get("/metrics").text
+    # Silent for longer than the timeout: lost; its next beat is a write that brings it back up.
+    api.clock.t += 31
+    api.srv.loop.run_cycle()
+    assert api.srv.store.get_node("gpu-01").state.value == "lost"
+    api.beat("gpu-01", node)
+    assert api.srv.store.get_node("gpu-01").state.value == "up" and stored_beat(api, "gpu-01") == api.clock.t
+
+
+def test_a_health_change_is_written_at_once(api: Api) -> None:
+    node = api.register("gpu-01", gpus=2)
+    api.clock.t += 1
+    body = {"seq": 2, "at_s": api.clock.t, "gpus": [{"index": 0, "health": "ok"}, {"index": 1, "health": "bad"}]}
+    assert api.client.post("/v1/agents/gpu-01/heartbeat", json=body, headers=node).status_code == 200
+    rec = api.srv.store.get_node("gpu-01")
+    assert [int(g) for g in rec.health] == [0, 2] and rec.last_heartbeat_s == api.clock.t
+
+
+def test_a_new_leader_gives_every_node_a_full_timeout(api: Api) -> None:
+    api.register("gpu-01")
+    api.register("gpu-02")
+    api.clock.t += 100  # both silent for 100 s, as a takeover after a long outage would find them
+    api.srv.loop._leader_since = None  # just became the leader
+    api.srv.loop.run_cycle()
+    assert {n.state.value for n in api.srv.store.list_nodes()} == {"up"}
+    api.clock.t += 31
+    api.srv.loop.run_cycle()
+    assert {n.state.value for n in api.srv.store.list_nodes()} == {"lost"}
