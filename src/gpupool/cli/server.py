@@ -20,7 +20,9 @@ def server(
 ) -> None:
     """Run the gpupool server: REST API, agent gateway and (when leader) the scheduling loop."""
     settings = load_settings(config)
-    overrides: dict[str, Any] = {k: v for k, v in (("host", host), ("port", port), ("database_url", database_url)) if v is not None}
+    overrides: dict[str, Any] = {
+        k: v for k, v in (("host", host), ("port", port), ("database_url", database_url)) if v is not None
+    }
     if overrides:
         settings = replace(settings, **overrides)
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
