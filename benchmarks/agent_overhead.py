@@ -149,6 +149,15 @@ def server_intake(nodes: int, seconds: float, clients: int) -> dict[str, float |
                         errors[k] += r.status_code != 200
                         i += clients
 
+            def cpu_s() -> float:  # the server's user + system CPU so far (Linux /proc; 0 elsewhere)
+                try:
+                    fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    return 0.0
+                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+            load_before = os.getloadavg()[0]
+            cpu0 = cpu_s()
             t0 = time.monotonic()
             threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
             for t in threads:
@@ -156,6 +165,8 @@ def server_intake(nodes: int, seconds: float, clients: int) -> dict[str, float |
             for t in threads:
                 t.join()
             wall = time.monotonic() - t0
+            server_cpu = cpu_s() - cpu0
+            load_after = os.getloadavg()[0]
         finally:
             server.terminate()
             server.wait(timeout=30)
@@ -165,6 +176,9 @@ def server_intake(nodes: int, seconds: float, clients: int) -> dict[str, float |
         "heartbeats": sum(done),
         "heartbeat_errors": sum(errors),
         "heartbeats_per_s": round(sum(done) / wall, 1),
+        "server_cpu_ms_per_heartbeat": round(server_cpu / max(sum(done), 1) * 1e3, 3),
+        "load_avg_1m_before": round(load_before, 2),
+        "load_avg_1m_after": round(load_after, 2),
     }
 
 

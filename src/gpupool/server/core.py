@@ -10,6 +10,7 @@ from gpupool.scheduler import SchedulerConfig
 from gpupool.server.auth import Authenticator
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.gateway import AgentGateway
+from gpupool.server.hostcache import HostCache
 from gpupool.server.leader import LeaderLock
 from gpupool.server.liveness import LastSeen
 from gpupool.server.loop import SchedulingLoop, SignalQueue
@@ -51,9 +52,21 @@ def build_server(
     seen = LastSeen(store, settings.node_lost_after_s / 3)
     metrics = ServerMetrics(store, clock, seen.unflushed)
     signals = SignalQueue()
+    # What heartbeats read (nodes, assignments, verified node tokens), in memory; every local write drops it.
+    hosts = HostCache(store, ops, settings.host_cache_s, settings.auth_cache_s, clock)
     loop = SchedulingLoop(
-        store, ops, fabrics, settings, metrics, signals, LeaderLock(settings.url), config=config, clock=clock, seen=seen
+        store,
+        ops,
+        fabrics,
+        settings,
+        metrics,
+        signals,
+        LeaderLock(settings.url),
+        config=config,
+        clock=clock,
+        seen=seen,
+        hosts=hosts,
     )
-    gateway = AgentGateway(store, ops, fabrics, settings, signals, loop.wake, clock, seen)
+    gateway = AgentGateway(store, ops, fabrics, settings, signals, loop.wake, clock, seen, hosts)
     auth = Authenticator(store, settings.admin_token, settings.auth_cache_s, clock)
     return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, SubmitWriter(ops))

@@ -31,6 +31,7 @@ from gpupool.schemas.agent import (
     WorkloadStatus,
 )
 from gpupool.server.fabric_cache import FabricCache
+from gpupool.server.hostcache import HostCache
 from gpupool.server.liveness import LastSeen
 from gpupool.server.loop import SignalQueue
 from gpupool.server.settings import Settings
@@ -58,8 +59,9 @@ class AgentGateway:
         wake: Callable[[], None],
         clock: Callable[[], float],
         seen: LastSeen,
+        hosts: HostCache,
     ) -> None:
-        self._store, self._ops, self._fabrics, self._seen = store, ops, fabrics, seen
+        self._store, self._ops, self._fabrics, self._seen, self._hosts = store, ops, fabrics, seen, hosts
         self._settings, self._signals, self._wake, self._clock = settings, signals, wake, clock
         self._lock = threading.Lock()
         self.telemetry = LiveTelemetry()  # the dashboard's live samples: one per host, in memory only
@@ -81,7 +83,9 @@ class AgentGateway:
         token = self._ops.register_agent(
             req.host, agent_url=req.agent_url, address=address, inventory=req.model_dump(mode="json"), actor=actor
         )
-        self._store.heartbeat(req.host, actor=actor)
+        node = self._store.heartbeat(req.host, actor=actor)
+        self._hosts.forget_token(req.host)  # the old token stops working here at once
+        self._hosts.put_node(node)  # a new node, or a changed GPU count
         self._wake()
         now = self._clock()
         return RegisterReply(
@@ -89,14 +93,17 @@ class AgentGateway:
         )
 
     def check_node(self, host: str, token: str) -> None:
+        if self._hosts.token_ok(host, token):
+            return
         if not self._ops.check_node_token(host, token):
             raise AuthError(f"not a valid node token for {host}")
+        self._hosts.token_verified(host, token)
 
     # -- heartbeat ---------------------------------------------------------------------------------------------
     def heartbeat(self, host: str, req: HeartbeatRequest) -> HeartbeatReply:
         actor = f"agent:{host}"
         self.telemetry.record(host, req)
-        before = self._store.get_node(host)
+        before = self._hosts.node(host)
         grades = [_GRADE[g.health] for g in sorted(req.gpus, key=lambda g: g.index)]
         # A partial sample (fewer GPUs than registered) says nothing about the missing ones: keep the stored grades.
         health = grades if req.gpus and len(grades) == before.gpu_count else None
@@ -105,10 +112,11 @@ class AgentGateway:
             self._seen.note(host, self._clock())
         else:
             node = self._store.heartbeat(host, health=health, actor=actor)
+            self._hosts.put_node(node)
             if node.state is not before.state or node.health != before.health:
                 self._wake()
         self._apply(host, req.workloads)
-        desired = {a.assignment_id: a for a in self._ops.assignments(host)}
+        desired = {a.assignment_id: a for a in self._hosts.assignments(host)}
         reported = {w.assignment_id: w for w in req.workloads}
         commands: list[Command] = []
         for aid, a in desired.items():
@@ -185,6 +193,7 @@ class AgentGateway:
             self._store.transition_job(a.job_id, job.version, JobState.FINISHED, "every rank exited 0", actor)
             changed = True
         if changed:
+            self._hosts.invalidate()  # the job's ranks changed state (or ended): this beat's reply must see it
             if self._store.get_job(a.job_id).state not in _LIVE:
                 with self._lock:
                     self._started.pop(a.job_id, None)

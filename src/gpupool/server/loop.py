@@ -42,6 +42,7 @@ from gpupool.scheduler import SchedulerConfig, ScheduleRequest, SharingPolicy, s
 from gpupool.scheduler.deadlines import Admission, admit
 from gpupool.schemas.agent import SignalCommand
 from gpupool.server.fabric_cache import FabricCache
+from gpupool.server.hostcache import HostCache
 from gpupool.server.leader import LeaderLock
 from gpupool.server.liveness import LastSeen
 from gpupool.server.metrics import ServerMetrics
@@ -93,12 +94,14 @@ class SchedulingLoop:
         config: SchedulerConfig | None = None,
         clock: Callable[[], float] = time.time,
         seen: LastSeen | None = None,
+        hosts: HostCache | None = None,
     ) -> None:
         self._store, self._ops, self._fabrics = store, ops, fabrics
         self._settings, self._metrics, self._signals, self._leader = settings, metrics, signals, leader
         self._config = config or SchedulerConfig()
         self._clock = clock
         self._seen = seen
+        self._hosts = hosts  # the gateway's view of nodes and assignments: dropped whenever this loop writes
         # When this process last became the leader: a node is judged silent only after a full lost-timeout
         # of our leadership, so a standby taking over (whose predecessor may have held beats unflushed in
         # memory) does not mark every node lost at once.
@@ -121,7 +124,14 @@ class SchedulingLoop:
 
     # -- thread ------------------------------------------------------------------------------------------------
     def wake(self) -> None:
+        # Whoever wakes the loop (a route, the gateway) has just changed something durable: the gateway's
+        # cached nodes and assignments must not outlive it.
+        self._changed()
         self._wake.set()
+
+    def _changed(self) -> None:
+        if self._hosts is not None:
+            self._hosts.invalidate()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="gpupool-scheduler", daemon=True)
@@ -225,6 +235,7 @@ class SchedulingLoop:
             return 0
         try:
             rec = self._store.record_allocation(job_id, self._versions[job_id], alloc, ACTOR)  # persist
+            self._changed()
         except (GpupoolError, KeyError) as e:
             log.warning("placement of %s not stored (%s): rebuilding from the store", job_id, e)
             self._dirty = True  # roll the assumption back by rebuilding the state from what is stored
@@ -238,6 +249,7 @@ class SchedulingLoop:
         try:
             state.apply(JobPreempted(job_id, now, reason))
             rec = self._store.release_allocation(job_id, self._versions[job_id], ACTOR, reason=reason)
+            self._changed()
         except (GpupoolError, KeyError) as e:
             log.warning("preemption of %s failed (%s): rebuilding from the store", job_id, e)
             self._dirty = True
@@ -263,6 +275,7 @@ class SchedulingLoop:
                 self._store.transition_node(n.name, NodeState.LOST, "no heartbeat", ACTOR, expected_version=n.version)
             except GpupoolError:
                 continue  # it beat again meanwhile, or another writer moved it
+            self._changed()  # its next beat must see LOST (and write the recovery)
             log.warning("node %s lost: last heartbeat %.1f s ago", n.name, now - (n.last_heartbeat_s or now))
             self.requeue_host(n.name, "its node was lost")
             self._dirty = True
@@ -281,6 +294,7 @@ class SchedulingLoop:
                     rec = self._store.get_job(job_id)
                     if rec.state in (JobState.PLACED, JobState.RUNNING):
                         self._store.release_allocation(job_id, rec.version, ACTOR, reason=reason)
+                        self._changed()
                     break
                 except GpupoolError:
                     continue

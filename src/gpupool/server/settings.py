@@ -39,6 +39,8 @@ class Settings:
     schedule_min_gap_s: float = 0.05  # and at most this often, however many events wake it
     leader_retry_s: float = 1.0  # how often a standby tries to take the leader lock
     auth_cache_s: float = 10.0  # a revoked token may be honoured this long after revocation
+    # A replica that did not make a change (a standby taking beats) sends its launches/stops this much later.
+    host_cache_s: float = 1.0
     socket_ifname: str = ""  # NCCL_SOCKET_IFNAME for workloads ("" = let NCCL choose)
     master_port_base: int = 29500
     preemption: bool = True  # quota reclaims, pool windows and priority may preempt (after a checkpoint signal)

@@ -1,0 +1,111 @@
+"""What a heartbeat needs about its host, kept in memory: node records, assignments and verified node tokens.
+
+Without it every beat costs three read transactions and a PBKDF2 check. Node records and assignments are
+read for every host at once (two queries) and kept until this process changes something (the loop places,
+preempts, requeues or loses a node; a route cancels; the gateway moves a job: each calls ``invalidate``) or
+until ``ttl_s`` passes, which bounds how stale a replica that did not make the change can be (a standby
+taking heartbeats sees the leader's placements within ``ttl_s``). A node token's check is kept per host for
+``token_ttl_s`` and dropped when the host registers again; the token is 256-bit random, so remembering that
+it matched is as safe as checking it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpupool.store import Store
+from gpupool.store.records import NodeRecord
+from gpupool.store.server_ops import Assignment, ServerOps
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    generation: int
+    loaded_at: float
+    nodes: dict[str, NodeRecord]
+    assignments: dict[str, tuple[Assignment, ...]]
+
+
+class HostCache:
+    def __init__(
+        self, store: Store, ops: ServerOps, ttl_s: float, token_ttl_s: float, clock: Callable[[], float]
+    ) -> None:
+        self._store, self._ops, self._ttl_s, self._token_ttl_s, self._clock = store, ops, ttl_s, token_ttl_s, clock
+        self._lock = threading.Lock()
+        self._load_lock = threading.Lock()  # one reload at a time: a burst of beats after a change reads once
+        self._generation = 0
+        self._snap: _Snapshot | None = None
+        self._tokens: dict[str, tuple[bytes, float]] = {}  # host -> (SHA-256 of its token, valid until)
+        self.loads = 0  # reloads so far: lets tests see that a beat was served from memory
+
+    # -- invalidation ------------------------------------------------------------------------------------------
+    def invalidate(self) -> None:
+        """Something durable changed here: the next read reloads (a reload already running is not trusted)."""
+        with self._lock:
+            self._generation += 1
+
+    def forget_token(self, host: str) -> None:
+        with self._lock:
+            self._tokens.pop(host, None)
+
+    # -- reads -------------------------------------------------------------------------------------------------
+    def node(self, host: str) -> NodeRecord:
+        snap = self._current()
+        found = snap.nodes.get(host)
+        if found is None:  # registered after the snapshot (or by another replica): one read, then kept
+            found = self._store.get_node(host)
+            self.put_node(found)
+        return found
+
+    def assignments(self, host: str) -> tuple[Assignment, ...]:
+        return self._current().assignments.get(host, ())
+
+    def put_node(self, node: NodeRecord) -> None:
+        """This process just wrote ``node``: keep the written record (a newer version wins)."""
+        with self._lock:
+            snap = self._snap
+            if snap is not None:
+                old = snap.nodes.get(node.name)
+                if old is None or old.version <= node.version:
+                    snap.nodes[node.name] = node
+
+    def _current(self) -> _Snapshot:
+        now = self._clock()
+        with self._lock:
+            snap, generation = self._snap, self._generation
+        if snap is not None and snap.generation == generation and now - snap.loaded_at < self._ttl_s:
+            return snap
+        with self._load_lock:
+            with self._lock:
+                snap, generation = self._snap, self._generation
+            if snap is not None and snap.generation == generation and now - snap.loaded_at < self._ttl_s:
+                return snap  # another thread reloaded while this one waited
+            # The generation is taken before reading: a change committed during the read bumps it, so the
+            # snapshot is reloaded again on the next beat rather than trusted.
+            nodes = {n.name: n for n in self._store.list_nodes()}
+            by_host: dict[str, list[Assignment]] = {}
+            for a in self._ops.assignments():
+                by_host.setdefault(a.host, []).append(a)
+            fresh = _Snapshot(generation, now, nodes, {h: tuple(v) for h, v in by_host.items()})
+            with self._lock:
+                self._snap = fresh
+                self.loads += 1
+            return fresh
+
+    # -- node tokens -------------------------------------------------------------------------------------------
+    def token_ok(self, host: str, token: str) -> bool:
+        """True when ``token`` was verified for ``host`` within ``token_ttl_s`` (and the host did not register
+        again since); False means "check it in the store", not "refuse"."""
+        digest = hashlib.sha256(token.encode()).digest()
+        with self._lock:
+            hit = self._tokens.get(host)
+        return hit is not None and hit[1] > self._clock() and hmac.compare_digest(hit[0], digest)
+
+    def token_verified(self, host: str, token: str) -> None:
+        digest = hashlib.sha256(token.encode()).digest()
+        with self._lock:
+            self._tokens[host] = (digest, self._clock() + self._token_ttl_s)
