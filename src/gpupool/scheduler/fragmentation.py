@@ -28,9 +28,9 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.cluster.index import FabricIndex
-from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec, Scope
+from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
 from gpupool.scheduler.capacity import Capacity
-from gpupool.scheduler.placement import Need
+from gpupool.scheduler.placement import Need, hosts_that_fit
 from gpupool.scheduler.types import RequestType
 
 IntArray = npt.NDArray[np.int64]
@@ -252,16 +252,7 @@ def frag_pick_share(cap: Capacity, need: Need, mix: WorkloadMix) -> tuple[int, i
 def frag_pick_host(cap: Capacity, need: Need, n: int, mix: WorkloadMix) -> int | None:
     """The host for ``need``'s tasks (``n`` whole GPUs in all, one host) whose use least grows fragmentation."""
     cpu_need, mem_need = need.cpu * need.tasks, need.mem * need.tasks
-    ok = cap.free_whole >= n
-    if cpu_need:
-        ok &= cap.cpu_free >= cpu_need
-    if mem_need:
-        ok &= cap.mem_free >= mem_need
-    if need.mask is not None:
-        ok &= need.mask
-    if need.required and need.job.topology.scope is Scope.NVLINK and n > 1:
-        ok &= cap.index.host_single_island
-    hosts = np.flatnonzero(ok)
+    hosts = hosts_that_fit(cap, need, n, cpu_need, mem_need)
     if hosts.size == 0:
         return None
     eff = effective_free(cap, hosts)

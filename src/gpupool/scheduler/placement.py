@@ -287,8 +287,9 @@ def share_gpu_on(cap: Capacity, need: Need, hosts: IntArray, how: HostOrder) -> 
     return int(h[i]), int(c[i])
 
 
-def whole_host_for(cap: Capacity, need: Need, n: int, how: HostOrder, cpu: int, mem: int) -> int | None:
-    """One host with ``n`` whole free GPUs and the CPU/memory, by exact scan over every host."""
+def hosts_that_fit(cap: Capacity, need: Need, n: int, cpu: int, mem: int) -> IntArray:
+    """Every host with ``n`` whole free GPUs, ``cpu`` and ``mem`` free, allowed by the job's mask, and one
+    NVLink island when the job requires NVLink for more than one GPU."""
     ok = cap.free_whole >= n
     if cpu:
         ok &= cap.cpu_free >= cpu
@@ -298,7 +299,12 @@ def whole_host_for(cap: Capacity, need: Need, n: int, how: HostOrder, cpu: int, 
         ok &= need.mask
     if need.required and need.job.topology.scope is Scope.NVLINK and n > 1:
         ok &= cap.index.host_single_island
-    cand = np.flatnonzero(ok)
+    return np.flatnonzero(ok)
+
+
+def whole_host_for(cap: Capacity, need: Need, n: int, how: HostOrder, cpu: int, mem: int) -> int | None:
+    """One host with ``n`` whole free GPUs and the CPU/memory, by exact scan over every host."""
+    cand = hosts_that_fit(cap, need, n, cpu, mem)
     if cand.size == 0:
         return None
     if how is HostOrder.FIRST:
