@@ -67,6 +67,6 @@ def build_server(
         seen=seen,
         hosts=hosts,
     )
-    gateway = AgentGateway(store, ops, fabrics, settings, signals, loop.wake, clock, seen, hosts)
+    gateway = AgentGateway(store, ops, fabrics, settings, signals, loop.nudge, clock, seen, hosts)
     auth = Authenticator(store, settings.admin_token, settings.auth_cache_s, clock)
     return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, SubmitWriter(ops))

@@ -93,11 +93,18 @@ class AgentGateway:
         )
 
     def check_node(self, host: str, token: str) -> None:
-        if self._hosts.token_ok(host, token):
+        fresh, known = self._hosts.token_check(host, token)
+        if fresh:
             return
-        if not self._ops.check_node_token(host, token):
+        if known is not None:
+            current = self._ops.node_token_hash(host)
+            if current is not None and current[1] == known:
+                self._hosts.token_verified(host, token, known)  # still the host's token: no PBKDF2 again
+                return
+        verified = self._ops.check_node_token(host, token)
+        if verified is None:
             raise AuthError(f"not a valid node token for {host}")
-        self._hosts.token_verified(host, token)
+        self._hosts.token_verified(host, token, verified)
 
     # -- heartbeat ---------------------------------------------------------------------------------------------
     def heartbeat(self, host: str, req: HeartbeatRequest) -> HeartbeatReply:

@@ -5,8 +5,10 @@ read for every host at once (two queries) and kept until this process changes so
 preempts, requeues or loses a node; a route cancels; the gateway moves a job: each calls ``invalidate``) or
 until ``ttl_s`` passes, which bounds how stale a replica that did not make the change can be (a standby
 taking heartbeats sees the leader's placements within ``ttl_s``). A node token's check is kept per host for
-``token_ttl_s`` and dropped when the host registers again; the token is 256-bit random, so remembering that
-it matched is as safe as checking it again.
+``token_ttl_s`` and dropped when the host registers here again; the token is 256-bit random, so remembering
+that it matched is as safe as checking it again. After ``token_ttl_s`` the check is renewed by reading the
+stored hash (one indexed read): unchanged means the same token is still the host's (a re-registration, even
+on another replica, writes a new hash), so PBKDF2 runs once per token, not once per beat or per TTL.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ class HostCache:
         self._load_lock = threading.Lock()  # one reload at a time: a burst of beats after a change reads once
         self._generation = 0
         self._snap: _Snapshot | None = None
-        self._tokens: dict[str, tuple[bytes, float]] = {}  # host -> (SHA-256 of its token, valid until)
+        # host -> (SHA-256 of its token, the stored hash it matched, trusted until)
+        self._tokens: dict[str, tuple[bytes, str, float]] = {}
         self.loads = 0  # reloads so far: lets tests see that a beat was served from memory
 
     # -- invalidation ------------------------------------------------------------------------------------------
@@ -97,15 +100,18 @@ class HostCache:
             return fresh
 
     # -- node tokens -------------------------------------------------------------------------------------------
-    def token_ok(self, host: str, token: str) -> bool:
-        """True when ``token`` was verified for ``host`` within ``token_ttl_s`` (and the host did not register
-        again since); False means "check it in the store", not "refuse"."""
+    def token_check(self, host: str, token: str) -> tuple[bool, str | None]:
+        """``(fresh, hash)``: fresh when ``token`` was verified for ``host`` within ``token_ttl_s`` (and the host
+        did not register again here since); else the stored hash it was last verified against, if any, so the
+        caller may renew the check with a cheap read of the current hash instead of PBKDF2."""
         digest = hashlib.sha256(token.encode()).digest()
         with self._lock:
             hit = self._tokens.get(host)
-        return hit is not None and hit[1] > self._clock() and hmac.compare_digest(hit[0], digest)
+        if hit is None or not hmac.compare_digest(hit[0], digest):
+            return False, None
+        return hit[2] > self._clock(), hit[1]
 
-    def token_verified(self, host: str, token: str) -> None:
+    def token_verified(self, host: str, token: str, stored_hash: str) -> None:
         digest = hashlib.sha256(token.encode()).digest()
         with self._lock:
-            self._tokens[host] = (digest, self._clock() + self._token_ttl_s)
+            self._tokens[host] = (digest, stored_hash, self._clock() + self._token_ttl_s)

@@ -320,17 +320,22 @@ class ServerOps:
             st._audit(s, actor, "agent.registered", f"node/{host}", data, now)
         return made.clear
 
-    def check_node_token(self, host: str, clear: str) -> bool:
+    def check_node_token(self, host: str, clear: str) -> str | None:
+        """The stored hash ``clear`` matched (so a caller may cache the check while that hash stands), or None."""
         parts = tokens.split_token(clear, "gpn")
         if parts is None:
-            return False
-        with self.store._tx(write=False) as s:
-            row = s.get(AgentRow, host)
-            found = None if row is None else (row.token_id, row.token_hash)
+            return None
+        found = self.node_token_hash(host)
         if found is None or found[0] != parts[0]:
             tokens.verify_secret(parts[1], tokens.DUMMY_HASH)
-            return False
-        return tokens.verify_secret(parts[1], found[1])
+            return None
+        return found[1] if tokens.verify_secret(parts[1], found[1]) else None
+
+    def node_token_hash(self, host: str) -> tuple[str, str] | None:
+        """``(token id, token hash)`` of ``host``'s current node token, or None: one indexed read, no hashing."""
+        with self.store._tx(write=False) as s:
+            row = s.get(AgentRow, host)
+            return None if row is None else (row.token_id, row.token_hash)
 
     def agents(self) -> list[AgentRecord]:
         with self.store._tx(write=False) as s:

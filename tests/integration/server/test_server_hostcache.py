@@ -1,0 +1,85 @@
+"""Heartbeats read their node, assignments and node-token check from memory (HostCache), yet see every change:
+at once when this process made it, within host_cache_s when another replica did; PBKDF2 runs once per token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from server_api_helpers import Api, Clock, make_api
+
+from gpupool.store import tokens
+
+JOB = {"command": ["python", "-c", "print('hi')"], "tasks": 1, "gpus_per_task": 2}
+
+
+def running(cmd: dict) -> dict:
+    return {"assignment_id": cmd["assignment_id"], "job_id": cmd["job_id"], "state": "running", "at_s": 0.0}
+
+
+def test_steady_beats_cost_no_reload_and_no_pbkdf2(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = api.register("gpu-01")
+    api.beat("gpu-01", node)
+    calls: list[str] = []
+    real = tokens.verify_secret
+    monkeypatch.setattr(tokens, "verify_secret", lambda s, h: calls.append(h) or real(s, h))
+    loads = api.srv.gateway._hosts.loads
+    for _ in range(20):
+        assert api.beat("gpu-01", node) == []
+    assert api.srv.gateway._hosts.loads == loads and calls == []
+    # Past auth_cache_s (10 s) and host_cache_s (1 s): one snapshot reload and a hash read, still no PBKDF2.
+    api.clock.t += 11
+    api.beat("gpu-01", node)
+    assert api.srv.gateway._hosts.loads == loads + 1 and calls == []
+
+
+def test_a_new_registration_refuses_the_old_token_at_once(api: Api) -> None:
+    old = api.register("gpu-01")
+    api.beat("gpu-01", old)
+    new = api.register("gpu-01")
+    r = api.client.post("/v1/agents/gpu-01/heartbeat", json={"seq": 1, "at_s": 0.0}, headers=old)
+    assert r.status_code == 401
+    assert api.beat("gpu-01", new) == []
+
+
+def test_a_wrong_token_is_refused_even_after_a_good_one(api: Api) -> None:
+    node = api.register("gpu-01")
+    other = api.register("gpu-02")
+    api.beat("gpu-01", node)
+    r = api.client.post("/v1/agents/gpu-01/heartbeat", json={"seq": 1, "at_s": 0.0}, headers=other)
+    assert r.status_code == 401
+
+
+def test_local_placement_cancel_and_loss_reach_the_very_next_beat(api: Api) -> None:
+    alice = api.tenant("alice")
+    node = api.register("gpu-01")
+    assert api.beat("gpu-01", node) == []  # the snapshot is now loaded: what follows must drop it
+    job_id = api.client.post("/v1/jobs", json=JOB, headers=alice).json()["job"]["id"]
+    assert api.srv.loop.run_cycle().placed == 1
+    (launch,) = api.beat("gpu-01", node)
+    assert launch["kind"] == "launch"
+    assert api.beat("gpu-01", node, [running(launch)]) == []
+    assert api.client.post(f"/v1/jobs/{job_id}/cancel", headers=alice).status_code == 200
+    (stop,) = api.beat("gpu-01", node, [running(launch)])
+    assert stop["kind"] == "stop"
+    # Lost (silent past the timeout): the next beat sees LOST and writes the node back up.
+    api.clock.t += 31
+    api.srv.loop.run_cycle()
+    assert api.srv.store.get_node("gpu-01").state.value == "lost"
+    api.beat("gpu-01", node)
+    assert api.srv.store.get_node("gpu-01").state.value == "up"
+
+
+def test_a_replica_taking_beats_sees_the_leaders_placement_within_host_cache_s(
+    db_url: str, tmp_path: Path, clock: Clock
+) -> None:
+    for leader in make_api(db_url, tmp_path, clock):
+        for standby in make_api(db_url, tmp_path, clock):
+            alice = leader.tenant("alice")
+            node = standby.register("gpu-01")
+            assert standby.beat("gpu-01", node) == []
+            leader.client.post("/v1/jobs", json=JOB, headers=alice)
+            assert leader.srv.loop.run_cycle().placed == 1
+            clock.t += standby.srv.settings.host_cache_s
+            (launch,) = standby.beat("gpu-01", node)
+            assert launch["kind"] == "launch"
