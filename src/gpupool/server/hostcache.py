@@ -8,7 +8,8 @@ taking heartbeats sees the leader's placements within ``ttl_s``). A node token's
 ``token_ttl_s`` and dropped when the host registers here again; the token is 256-bit random, so remembering
 that it matched is as safe as checking it again. After ``token_ttl_s`` the check is renewed by reading the
 stored hash (one indexed read): unchanged means the same token is still the host's (a re-registration, even
-on another replica, writes a new hash), so PBKDF2 runs once per token, not once per beat or per TTL.
+on another replica, writes a new hash), so PBKDF2 runs once per token, not once per beat or per TTL. The
+snapshot also holds every host's hash, so while it is current that renewal costs no read at all.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class _Snapshot:
     loaded_at: float
     nodes: dict[str, NodeRecord]
     assignments: dict[str, tuple[Assignment, ...]]
+    token_hashes: dict[str, str]  # host -> its current node token's stored hash
 
 
 class HostCache:
@@ -93,7 +95,8 @@ class HostCache:
             by_host: dict[str, list[Assignment]] = {}
             for a in self._ops.assignments():
                 by_host.setdefault(a.host, []).append(a)
-            fresh = _Snapshot(generation, now, nodes, {h: tuple(v) for h, v in by_host.items()})
+            hashes = self._ops.node_token_hashes()
+            fresh = _Snapshot(generation, now, nodes, {h: tuple(v) for h, v in by_host.items()}, hashes)
             with self._lock:
                 self._snap = fresh
                 self.loads += 1
@@ -109,6 +112,11 @@ class HostCache:
             hit = self._tokens.get(host)
         if hit is None or not hmac.compare_digest(hit[0], digest):
             return False, None
+        # The snapshot (at most ttl_s old) still holds the hash this token matched: still the host's token.
+        # A different hash there: the host registered again (on any replica), so the TTL is not trusted.
+        stored = self._current().token_hashes.get(host)
+        if stored is not None:
+            return stored == hit[1], hit[1]
         return hit[2] > self._clock(), hit[1]
 
     def token_verified(self, host: str, token: str, stored_hash: str) -> None:

@@ -331,6 +331,11 @@ class ServerOps:
             return None
         return found[1] if tokens.verify_secret(parts[1], found[1]) else None
 
+    def node_token_hashes(self) -> dict[str, str]:
+        """Every host's current node-token hash, in one read (the gateway's cache compares against it)."""
+        with self.store._tx(write=False) as s:
+            return {h: t for h, t in s.execute(select(AgentRow.host, AgentRow.token_hash))}
+
     def node_token_hash(self, host: str) -> tuple[str, str] | None:
         """``(token id, token hash)`` of ``host``'s current node token, or None: one indexed read, no hashing."""
         with self.store._tx(write=False) as s:
