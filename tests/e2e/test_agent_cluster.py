@@ -153,7 +153,10 @@ def env_writer(out: Path, then: str = "time.sleep(120)") -> str:
     """A workload that records its env and working directory (the agent's, so: its host), then ``then``."""
     return (
         "import json, os, signal, sys, time\n"
-        f"json.dump({{'env': dict(os.environ), 'cwd': os.getcwd()}}, open({str(out)!r} + '/' + os.environ['GPUPOOL_ASSIGNMENT_ID'] + '.json', 'w'))\n"
+        f"path = {str(out)!r} + '/' + os.environ['GPUPOOL_ASSIGNMENT_ID'] + '.json'\n"
+        # written beside and renamed into place, so the test never reads a half-written file
+        "json.dump({'env': dict(os.environ), 'cwd': os.getcwd()}, open(path + '.tmp', 'w'))\n"
+        "os.replace(path + '.tmp', path)\n"
         f"{then}\n"
     )
 
