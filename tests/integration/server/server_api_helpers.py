@@ -2,43 +2,26 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import psycopg
-import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy.engine import make_url
 
+import databases
 from gpupool.server.app import create_app
 from gpupool.server.core import Server
 from gpupool.server.settings import Settings
 
-DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ADMIN = "admin-secret-for-tests-0123456789"
 
 
-class Clock:
+class Clock(databases.Clock):
+    """The server tests' clock starts later than the store's: a million seconds into the epoch."""
+
     def __init__(self, t: float = 1_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def pg_base_url() -> str | None:
-    url = os.environ.get("GPUPOOL_TEST_POSTGRES_URL", DEFAULT_PG)
-    libpq = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    try:
-        psycopg.connect(libpq, connect_timeout=2).close()
-    except psycopg.Error as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set but PostgreSQL does not answer at {url}: {e}")
-        return None
-    return url
+        super().__init__(t)
 
 
 @dataclass

@@ -76,7 +76,7 @@ def test_wrong_or_malformed_tokens_do_not_authenticate(store: Store, mangle: Cal
 
 
 def test_revoked_and_expired_tokens_stop_working(store: Store, clock: object) -> None:
-    from conftest import Clock
+    from databases import Clock
 
     assert isinstance(clock, Clock)
     token = store.create_token("acme", actor="admin")

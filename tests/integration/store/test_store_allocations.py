@@ -154,7 +154,7 @@ def test_leaving_placed_or_running_frees_the_gpus(nodes: Store, make_spec: Spec)
 
 
 def test_usage_is_clipped_to_the_window_and_counts_shares(nodes: Store, make_spec: Spec, clock: object) -> None:
-    from conftest import Clock
+    from databases import Clock
 
     assert isinstance(clock, Clock)
     nodes.submit_job(make_spec("w", gpus_per_task=2, pool="p"), None, actor="u")
