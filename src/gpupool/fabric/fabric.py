@@ -435,15 +435,19 @@ class Fabric:
                 return t
         return UNREACHABLE
 
-    def lowest_common_tier_many(self, a: npt.ArrayLike, b: npt.ArrayLike) -> IntArray:
-        """Vectorised ``lowest_common_tier`` for arrays of host indices."""
+    @staticmethod
+    def _first_shared_tier(ids: IntArray, a: npt.ArrayLike, b: npt.ArrayLike) -> IntArray:
+        """Per pair, the first row of ``ids`` (tier 0 up) where both indices have the same id."""
         ia = np.asarray(a, dtype=np.intp)
         ib = np.asarray(b, dtype=np.intp)
-        ids = self._tier_ids
         out = np.full(ia.shape, UNREACHABLE, dtype=np.int32)
-        for t in (3, 2, 1, 0):  # smallest tier written last wins
+        for t in range(ids.shape[0] - 1, -1, -1):  # smallest tier written last wins
             out[ids[t][ia] == ids[t][ib]] = t
         return out
+
+    def lowest_common_tier_many(self, a: npt.ArrayLike, b: npt.ArrayLike) -> IntArray:
+        """Vectorised ``lowest_common_tier`` for arrays of host indices."""
+        return self._first_shared_tier(self._tier_ids, a, b)
 
     @staticmethod
     def hops_for_tier(tier: npt.ArrayLike) -> IntArray:
@@ -482,13 +486,7 @@ class Fabric:
 
     def hca_lowest_common_tier_many(self, a: npt.ArrayLike, b: npt.ArrayLike) -> IntArray:
         """Like ``lowest_common_tier_many`` for HCA indices: 0 same HCA, 1 same leaf, 2 spine, 3 core."""
-        ia = np.asarray(a, dtype=np.intp)
-        ib = np.asarray(b, dtype=np.intp)
-        ids = self._hca_tier_ids
-        out = np.full(ia.shape, UNREACHABLE, dtype=np.int32)
-        for t in (3, 2, 1, 0):
-            out[ids[t][ia] == ids[t][ib]] = t
-        return out
+        return self._first_shared_tier(self._hca_tier_ids, a, b)
 
     def hca_lowest_common_tier(self, a: int, b: int) -> int:
         return int(self.hca_lowest_common_tier_many([a], [b])[0])
