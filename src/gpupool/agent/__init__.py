@@ -5,7 +5,7 @@ Must not import: server, store, scheduler, sim.
 
 from gpupool.agent.emulated import EmulatedNode
 from gpupool.agent.gpu import FileGpuProbe, GpuInventory, GpuProbe
-from gpupool.agent.health import GpuHealth, HealthThresholds, NodeHealth, PortHealth, assess_node
+from gpupool.agent.health import GpuHealth, NodeHealth, PortHealth, assess_node
 from gpupool.agent.ib import PortRates, PortSample, SysfsIbProbe, port_rates
 from gpupool.agent.runtime import WorkloadHandle, WorkloadRuntime, WorkloadState, WorkloadStatus
 from gpupool.agent.xid_log import KernelLogXidReader, XidEvent, parse_xid_line, pci_key
@@ -18,7 +18,6 @@ __all__ = [
     "GpuHealth",
     "GpuInventory",
     "GpuProbe",
-    "HealthThresholds",
     "KernelLogXidReader",
     "NodeHealth",
     "PortHealth",

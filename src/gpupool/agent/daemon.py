@@ -43,6 +43,7 @@ from gpupool.agent.runtime import WorkloadRuntime, WorkloadState
 from gpupool.agent.xid_log import XidEvent
 from gpupool.domain.errors import GpupoolError, InputError
 from gpupool.domain.events import HealthGrade, LinkState
+from gpupool.domain.health import HealthRules
 from gpupool.fabric import jsonio
 from gpupool.fabric.model import Host
 from gpupool.fabric.parsers.sysfs import read_sysfs_infiniband
@@ -69,22 +70,6 @@ _STATES: dict[WorkloadState, wire.WorkloadState] = {
 
 
 @dataclass(frozen=True, slots=True)
-class AgentHealthRules:
-    """The agent's local grading thresholds. The same defaults as ``gpupool.cluster.health.HealthRules``,
-    restated because the agent may not import ``cluster``; the server re-grades with its own rules."""
-
-    temp_degraded_c: float = 85.0
-    temp_bad_c: float = 92.0
-    xmit_wait_saturated_per_s: float = 5.0e7
-    symbol_errors_per_s_erroring: float = 0.01
-
-    def grade_for_temperature(self, temperature_c: float) -> HealthGrade:
-        if temperature_c >= self.temp_bad_c:
-            return HealthGrade.BAD
-        return HealthGrade.DEGRADED if temperature_c >= self.temp_degraded_c else HealthGrade.OK
-
-
-@dataclass(frozen=True, slots=True)
 class AgentSettings:
     server_url: str
     join_token: str
@@ -97,7 +82,7 @@ class AgentSettings:
     inherit_env: tuple[str, ...] = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME")
     stop_workloads_on_exit: bool = False  # the demo's choice; a real node keeps its jobs across agent restarts
     exit_grace_s: float = 2.0
-    thresholds: AgentHealthRules = field(default_factory=AgentHealthRules)
+    thresholds: HealthRules = field(default_factory=HealthRules)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,6 @@
 """One node's sample -> a health grade per GPU and a link state per HCA port, each with its reasons.
 
-Thresholds come from the cluster's ``HealthRules`` (passed in; this package does not import ``cluster``, so
-the parameter is typed by the few readings it needs). XID meanings come from ``gpupool.domain.xid``. XIDs
+Thresholds are the domain's ``HealthRules``, the very ones the cluster state grades with. XID meanings come from ``gpupool.domain.xid``. XIDs
 are events, not state: the caller passes every XID seen since the GPU was last reset, so a fault stays on
 the grade until someone clears it.
 """
@@ -10,25 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from gpupool.agent.ib import PortRates, PortSample
 from gpupool.agent.xid_log import XidEvent
 from gpupool.domain.events import HealthGrade, LinkState
+from gpupool.domain.health import HealthRules
 from gpupool.domain.xid import XidAction, xid_info
 from gpupool.fabric.parsers.nvidia_smi import SmiTelemetry
-
-
-class HealthThresholds(Protocol):
-    """What ``gpupool.cluster.health.HealthRules`` offers and this module reads."""
-
-    @property
-    def xmit_wait_saturated_per_s(self) -> float: ...
-
-    @property
-    def symbol_errors_per_s_erroring(self) -> float: ...
-
-    def grade_for_temperature(self, temperature_c: float) -> HealthGrade: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +50,7 @@ class NodeHealth:
     ports: tuple[PortHealth, ...]
 
 
-def gpu_health(index: int, telemetry: SmiTelemetry, xids: Iterable[XidEvent], rules: HealthThresholds) -> GpuHealth:
+def gpu_health(index: int, telemetry: SmiTelemetry, xids: Iterable[XidEvent], rules: HealthRules) -> GpuHealth:
     found: list[tuple[HealthGrade, str]] = []
     action = XidAction.NONE
     t = telemetry
@@ -94,7 +81,7 @@ def gpu_health(index: int, telemetry: SmiTelemetry, xids: Iterable[XidEvent], ru
     return GpuHealth(index, grade, tuple(r for _, r in found), action)
 
 
-def port_health(sample: PortSample, rates: PortRates | None, rules: HealthThresholds) -> PortHealth:
+def port_health(sample: PortSample, rates: PortRates | None, rules: HealthRules) -> PortHealth:
     reasons: list[str] = []
     state = sample.link_state
     if state is LinkState.DOWN:
@@ -119,7 +106,7 @@ def assess_node(
     xids: Iterable[XidEvent],
     ports: Sequence[PortSample],
     rates: Iterable[PortRates],
-    rules: HealthThresholds,
+    rules: HealthRules,
 ) -> NodeHealth:
     """Grades for every GPU (``telemetry`` in index order) and every port (``ports``, rates where known)."""
     events = tuple(xids)

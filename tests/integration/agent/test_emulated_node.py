@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from gpupool.agent import EmulatedNode, FileGpuProbe, SysfsIbProbe, assess_node
-from gpupool.cluster.health import HealthRules
 from gpupool.domain.events import HealthGrade, LinkState
+from gpupool.domain.health import HealthRules
 from gpupool.fabric.generators import superpod
 from gpupool.fabric.parsers.nvidia_smi import parse_query_xml
 from gpupool.fabric.parsers.sysfs import hcas_from_sysfs, read_sysfs_infiniband

@@ -1,12 +1,12 @@
-"""Health grades from one node's sample, with the cluster's HealthRules thresholds and the XID table."""
+"""Health grades from one node's sample, with the domain's HealthRules thresholds (the cluster state's too) and the XID table."""
 
 from __future__ import annotations
 
 from gpupool.agent.health import assess_node, gpu_health, port_health
 from gpupool.agent.ib import PortSample, port_rates
 from gpupool.agent.xid_log import XidEvent
-from gpupool.cluster.health import HealthRules
 from gpupool.domain.events import HealthGrade, LinkState
+from gpupool.domain.health import HealthRules
 from gpupool.domain.xid import XID_TABLE, XidAction, xid_info
 from gpupool.fabric.parsers.nvidia_smi import SmiTelemetry
 
