@@ -1,9 +1,15 @@
 """Submit throughput of the REST API: a server of its own on loopback (scheduling loop running, 8 registered
 nodes), concurrent clients submitting jobs, one JSON line: backend, submits, submits_per_s, p99_ms.
 
-The clients are ``--procs`` processes, each an asyncio loop with ``--clients`` concurrent submitters on one
-keep-alive ``httpx.AsyncClient``: threads of a synchronous client in one process spent most of a core on the
-GIL and were measuring themselves. Server and clients share the machine (``cores`` in the output).
+The clients are ``--procs`` processes, each an asyncio loop with ``--clients`` concurrent submitters. The
+default client (``--client raw``) speaks HTTP/1.1 itself on one keep-alive connection per submitter, with
+requests filled in from a template: httpx cost the clients 2.7 ms of CPU per submit, more than the server
+spent, and clients and server share the machine (``cores`` in the output). Every job is still its own
+request (its own name and idempotency key), and every response is parsed for its status and job id:
+anything but a 201 with a new id counts in ``errors``. ``--client httpx`` keeps the old client to compare.
+Server and client CPU per submit are read from /proc, which the neighbours' load barely moves.
+
+``--profile DIR`` runs the server under cProfile (every thread) and prints its top functions to stderr.
 
     python benchmarks/api_submit.py --backend sqlite
     python benchmarks/api_submit.py --backend postgres --database-url postgresql+psycopg://postgres@127.0.0.1/test
@@ -13,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import multiprocessing
 import os
+import pstats
 import secrets
 import socket
 import subprocess
@@ -24,12 +32,14 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
 from sqlalchemy.engine import make_url
 
 ADMIN = secrets.token_urlsafe(24)
+_Result = tuple[list[float], int, set[str], float] | str  # latencies, errors, job ids, CPU s; or a failure
 
 
 def free_port() -> int:
@@ -46,52 +56,181 @@ def cpu_s(pid: int) -> float:
 
 
 def client_process(
-    base: str,
+    kind: str,
+    port: int,
     token: str,
+    run: str,
+    proc: int,
     clients: int,
     start_at: float,
     seconds: float,
-    results: multiprocessing.Queue[list[float] | str],
+    results: multiprocessing.Queue[_Result],
 ) -> None:
-    """One client process: ``clients`` coroutines submitting in a loop on one keep-alive connection pool."""
+    """One client process: ``clients`` coroutines submitting in a loop, each on its own keep-alive connection."""
     try:
-        latencies = asyncio.run(_submitters(base, token, clients, start_at, seconds))
-        latencies.append(-cpu_s(os.getpid()))  # the last entry: this process's CPU seconds, negated
-        results.put(latencies)
+        try:
+            import uvloop
+
+            uvloop.install()
+        except ImportError:
+            pass
+        submitters = _raw_submitters if kind == "raw" else _httpx_submitters
+        latencies, errors, ids = asyncio.run(submitters(port, token, run, proc, clients, start_at, seconds))
+        results.put((latencies, errors, ids, cpu_s(os.getpid())))
     except BaseException as e:  # report instead of leaving the parent waiting on the queue
         results.put(f"client process failed: {e!r}")
 
 
-async def _submitters(base: str, token: str, clients: int, start_at: float, seconds: float) -> list[float]:
+def _body(run: str, proc: int, n: int) -> tuple[bytes, str]:
+    """Job ``n`` of client process ``proc``: its JSON body (own name, 1-4 GPUs) and idempotency key."""
+    name = f"bench-{proc}-{n}"
+    body = f'{{"command":["true"],"name":"{name}","gpus_per_task":{1 + n % 4}}}'.encode()
+    return body, f"{run}-{proc}-{n}"
+
+
+async def _raw_submitters(
+    port: int, token: str, run: str, proc: int, clients: int, start_at: float, seconds: float
+) -> tuple[list[float], int, set[str]]:
     latencies: list[float] = []
+    ids: set[str] = set()
+    errors = 0
+    head = (
+        f"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Type: application/json\r\nIdempotency-Key: {key}\r\nContent-Length: {length}\r\n\r\n"
+    )
+    conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(clients)]
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    end = time.perf_counter() + seconds
+    perf = time.perf_counter
+
+    async def one(i: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal errors
+        n = i
+        while perf() < end:
+            body, key = _body(run, proc, n)
+            t0 = perf()
+            writer.write(head.format(key=key, length=len(body)).encode() + body)
+            status_head = await reader.readuntil(b"\r\n\r\n")
+            lower = status_head.lower()
+            at = lower.find(b"content-length:")
+            length = int(lower[at + 15 : lower.index(b"\r\n", at)]) if at >= 0 else 0
+            reply = await reader.readexactly(length)
+            dt = perf() - t0
+            job = json.loads(reply).get("job") if status_head.startswith(b"HTTP/1.1 201") else None
+            job_id = job.get("id") if isinstance(job, dict) else None
+            if not isinstance(job_id, str) or job_id in ids:
+                errors += 1
+                if errors <= 3:
+                    print(f"submit failed: {status_head[:40]!r} {reply[:200]!r}", file=sys.stderr)
+            else:
+                ids.add(job_id)
+                latencies.append(dt)
+            n += clients
+
+    await asyncio.gather(*(one(i, r, w) for i, (r, w) in enumerate(conns)))
+    for _, w in conns:
+        w.close()
+    return latencies, errors, ids
+
+
+async def _httpx_submitters(
+    port: int, token: str, run: str, proc: int, clients: int, start_at: float, seconds: float
+) -> tuple[list[float], int, set[str]]:
+    latencies: list[float] = []
+    ids: set[str] = set()
+    errors = 0
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30, limits=limits) as c:
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=30, limits=limits) as c:
         await asyncio.sleep(max(0.0, start_at - time.time()))
         end = time.perf_counter() + seconds
 
         async def one(i: int) -> None:
+            nonlocal errors
             n = i
             while time.perf_counter() < end:
+                body, key = _body(run, proc, n)
                 t0 = time.perf_counter()
-                r = await c.post("/v1/jobs", json={"command": ["true"], "gpus_per_task": 1 + n % 4})
-                if r.status_code != 201:
-                    raise RuntimeError(f"submit failed: {r.status_code} {r.text}")
-                latencies.append(time.perf_counter() - t0)
-                n += 1
+                r = await c.post("/v1/jobs", content=body, headers={"Idempotency-Key": key})
+                dt = time.perf_counter() - t0
+                job_id = r.json().get("job", {}).get("id") if r.status_code == 201 else None
+                if not isinstance(job_id, str) or job_id in ids:
+                    errors += 1
+                else:
+                    ids.add(job_id)
+                    latencies.append(dt)
+                n += clients
 
         await asyncio.gather(*(one(i) for i in range(clients)))
-    return latencies
+    return latencies, errors, ids
+
+
+def serve_profiled(out_dir: str) -> None:
+    """``gpupool server`` under cProfile: the main thread (event loop) and every thread it starts, one
+    stats file each, written when the thread ends (the server stops its threads on SIGTERM). Timed in
+    per-thread CPU seconds, so a thread waiting on a lock, the database or the GIL counts nothing."""
+    import cProfile
+    import signal
+
+    from gpupool.cli.server import server
+
+    original = threading.Thread.run
+
+    def profiled(self: threading.Thread) -> None:
+        prof = cProfile.Profile(time.thread_time)
+        prof.enable()
+        try:
+            original(self)
+        finally:
+            prof.disable()
+            prof.dump_stats(str(Path(out_dir) / f"thread-{self.name}-{threading.get_ident()}.prof"))
+
+    def stop(_sig: int, _frame: object) -> None:
+        raise SystemExit(0)
+
+    # uvicorn shuts down on SIGTERM, then raises it again under the handler it found: this one lets the
+    # main thread's stats be written instead of the default handler killing the process.
+    signal.signal(signal.SIGTERM, stop)
+    threading.Thread.run = profiled  # type: ignore[method-assign]
+    prof = cProfile.Profile(time.thread_time)
+    prof.enable()
+    try:
+        server()
+    finally:
+        prof.disable()
+        prof.dump_stats(str(Path(out_dir) / "main.prof"))
+
+
+def profile_table(out_dir: str, top: int = 45) -> str:
+    files = sorted(str(p) for p in Path(out_dir).glob("*.prof"))
+    if not files:
+        return "no profiles were written"
+    text = io.StringIO()
+    for f in files:
+        st = pstats.Stats(f, stream=text)
+        text.write(f"== {Path(f).name}: {st.total_tt:.2f} s\n")  # type: ignore[attr-defined]
+    stats = pstats.Stats(*files, stream=text)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return text.getvalue()
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--backend", choices=["sqlite", "postgres"], required=True)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", choices=["sqlite", "postgres"])
     p.add_argument("--database-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    p.add_argument("--client", choices=["raw", "httpx"], default="raw")
     p.add_argument("--clients", type=int, default=16, help="concurrent submitters per client process")
     p.add_argument("--procs", type=int, default=2, help="client processes")
     p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--profile", metavar="DIR", help="run the server under cProfile; print its top to stderr")
+    p.add_argument("--serve-profiled", metavar="DIR", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.serve_profiled:
+        serve_profiled(args.serve_profiled)
+        return
+    if args.backend is None:
+        p.error("--backend is required")
     tmp = Path(tempfile.mkdtemp(prefix="gpupool-bench-"))
     schema = None
     if args.backend == "sqlite":
@@ -118,7 +257,13 @@ def main() -> None:
         "GPUPOOL_SCHEDULE_PERIOD_S": "1.0",
         "GPUPOOL_SCHEDULE_MIN_GAP_S": "0.25",
     }
-    proc = subprocess.Popen([sys.executable, "-m", "gpupool", "server"], env=env, stdout=subprocess.DEVNULL)
+    cmd = [sys.executable, "-m", "gpupool", "server"]
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+        for old in Path(args.profile).glob("*.prof"):
+            old.unlink()
+        cmd = [sys.executable, __file__, "--serve-profiled", args.profile]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -142,57 +287,74 @@ def main() -> None:
                 headers={"Authorization": f"Bearer {join}"},
             ).raise_for_status()
         ctx = multiprocessing.get_context("spawn")
-        results: multiprocessing.Queue[list[float] | str] = ctx.Queue()
-        start_at = time.time() + 1.0  # every process starts submitting at once, after its imports
+        results: multiprocessing.Queue[_Result] = ctx.Queue()
+        start_at = time.time() + 1.5  # every process starts submitting at once, after its imports
+        run = secrets.token_hex(4)
         procs = [
-            ctx.Process(target=client_process, args=(base, token, args.clients, start_at, args.seconds, results))
-            for _ in range(args.procs)
+            ctx.Process(
+                target=client_process,
+                args=(args.client, port, token, run, k, args.clients, start_at, args.seconds, results),
+            )
+            for k in range(args.procs)
         ]
         for cp in procs:
             cp.start()
         threading.Event().wait(max(0.0, start_at - time.time()))
         server_cpu0 = cpu_s(proc.pid)
+        load0 = os.getloadavg()[0]
         gathered = [results.get(timeout=args.seconds + 120) for _ in procs]
+        server_cpu = cpu_s(proc.pid) - server_cpu0
         for cp in procs:
             cp.join(30)
         failures = [g for g in gathered if isinstance(g, str)]
         if failures:
             raise SystemExit(failures[0])
-        server_cpu = cpu_s(proc.pid) - server_cpu0
-        latencies = [g[:-1] for g in gathered if isinstance(g, list)]
-        client_cpu = sum(-g[-1] for g in gathered if isinstance(g, list))
-        elapsed = args.seconds
+        done = [g for g in gathered if not isinstance(g, str)]
+        client_cpu = sum(g[3] for g in done)  # includes each client's start-up (imports, connecting)
+        errors = sum(g[1] for g in done)
+        all_ids: set[str] = set()
+        for g in done:
+            errors += len(all_ids & g[2])  # one job id answered to two submits would be a duplicate
+            all_ids |= g[2]
         metrics = httpx.get(f"{base}/metrics").text
         series = {
             line.split()[0]: float(line.split()[-1]) for line in metrics.splitlines() if line[:1] not in ("#", "")
         }
+        stored = int(series.get("gpupool_job_submits_total", 0.0))
         placements = series.get("gpupool_placements_total", 0.0)
         cycles = series.get("gpupool_schedule_cycle_seconds_count", 0.0)
         cycle_s = series.get("gpupool_schedule_cycle_seconds_sum", 0.0)
     finally:
         proc.terminate()
-        proc.wait(30)
+        proc.wait(60)
         if schema is not None:
             with psycopg.connect(libpq, autocommit=True) as conn:
                 conn.execute(f"DROP SCHEMA {schema} CASCADE")
-    lat = sorted(x for per in latencies for x in per)
-    out = {
+    lat = sorted(x for g in done for x in g[0])
+    n = len(lat)
+    out: dict[str, Any] = {
         "backend": args.backend,
-        "submits": len(lat),
-        "submits_per_s": round(len(lat) / elapsed, 1),
-        "p99_ms": round(1000 * lat[int(0.99 * (len(lat) - 1))], 2) if lat else None,
+        "client": args.client,
+        "submits": n,
+        "submits_per_s": round(n / args.seconds, 1),
+        "p99_ms": round(1000 * lat[int(0.99 * (n - 1))], 2) if lat else None,
+        "p50_ms": round(1000 * lat[(n - 1) // 2], 2) if lat else None,
+        "errors": errors,
+        "stored": stored,
         "clients": args.clients * args.procs,
         "client_procs": args.procs,
         "cores": os.cpu_count(),
-        "seconds": round(elapsed, 2),
+        "seconds": args.seconds,
         "placements": placements,
-        "server_cpu_ms_per_submit": round(1000 * server_cpu / max(1, len(lat)), 3),
-        "client_cpu_ms_per_submit": round(1000 * client_cpu / max(1, len(lat)), 3),
-        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "server_cpu_ms_per_submit": round(1000 * server_cpu / max(1, n), 3),
+        "client_cpu_ms_per_submit": round(1000 * client_cpu / max(1, n), 3),
+        "load_avg_1m": round(max(load0, os.getloadavg()[0]), 2),
         "cycles": cycles,
         "cycle_ms_mean": round(1000 * cycle_s / cycles, 1) if cycles else None,
     }
     print(json.dumps(out))
+    if args.profile:
+        print(profile_table(args.profile), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -70,14 +70,39 @@ def _own_job(srv: Server, who: Principal, job_id: str) -> JobRecord:
 
 
 # -- jobs ------------------------------------------------------------------------------------------------------
-@router.post("/jobs", response_model=api.SubmitOut, status_code=201)
-async def submit_job(
-    body: api.JobSubmit,
-    srv: Srv,
-    who: Who,
-    response: Response,
-    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=256)] = None,
-) -> api.SubmitOut:
+# The submit path is the API's hottest: it takes the request itself instead of FastAPI dependencies (their
+# per-request solving cost more CPU than the rest of the submit) and answers with the JSON built once, not
+# validated again against the response model. The OpenAPI document still names the headers it reads.
+_SUBMIT_HEADERS = {
+    "parameters": [
+        {"name": "authorization", "in": "header", "required": False, "schema": {"type": "string"}},
+        {
+            "name": "idempotency-key",
+            "in": "header",
+            "required": False,
+            "schema": {"type": "string", "minLength": 1, "maxLength": 256},
+        },
+    ]
+}
+
+
+@router.post(
+    "/jobs",
+    response_model=api.SubmitOut,
+    status_code=201,
+    responses={200: {"model": api.SubmitOut, "description": "the idempotency key's earlier job"}},
+    openapi_extra=_SUBMIT_HEADERS,
+)
+async def submit_job(body: api.JobSubmit, request: Request) -> Response:
+    srv: Server = request.app.state.server
+    headers = request.headers
+    authorization = headers.get("authorization")
+    who = srv.auth.cached(authorization)
+    if who is None:
+        who = await run_in_threadpool(srv.auth.principal, authorization)  # a store read and PBKDF2: not here
+    header_key = headers.get("idempotency-key")
+    if header_key is not None and not 0 < len(header_key) <= 256:
+        raise InputError("an Idempotency-Key header has 1..256 characters", source="header.idempotency-key")
     if who.admin:
         if body.tenant is None:
             raise InputError("an admin submits on behalf of a tenant: give 'tenant'", source="body.tenant")
@@ -90,16 +115,15 @@ async def submit_job(
     now = srv.clock()
     job_id = f"j-{int(now * 1000):x}-{secrets.token_hex(4)}"
     spec = to_spec(body, job_id, tenant, now)
-    key = idempotency_key or body.idempotency_key
+    key = header_key or body.idempotency_key
     # Awaited, not blocked on: the writer thread commits this with whatever else was queued (group commit).
     pending = srv.submits.enqueue(Submission(spec, tuple(body.command), body.env, key, actor(who)))
     rec, created = await asyncio.wrap_future(pending)
     if created:
         srv.metrics.submits.inc()
         srv.loop.wake()
-    else:
-        response.status_code = 200
-    return api.SubmitOut(job=job_out(rec), created=created)
+    out = api.SubmitOut(job=job_out(rec), created=created)
+    return Response(out.model_dump_json(), status_code=201 if created else 200, media_type="application/json")
 
 
 @router.get("/jobs", response_model=api.JobList)

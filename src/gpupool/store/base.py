@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Self
 
-from sqlalchemy import insert, select
+from sqlalchemy import Connection, insert, select
 from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import ParseError, UnknownNameError
-from gpupool.store.engine import is_postgres, make_engine, migrate, transaction
+from gpupool.store.engine import core_transaction, is_postgres, make_engine, migrate, transaction
 from gpupool.store.rows import AuditRow, TenantRow
 
 
@@ -63,6 +63,16 @@ class StoreBase:
         else:
             with transaction(self._engine, write=write) as session:
                 yield session
+
+    @contextmanager
+    def _core_tx(self, *, write: bool) -> Iterator[Connection]:
+        """``_tx`` for Core statements only: a bare connection in one transaction, no ORM session."""
+        if write and self._sqlite_writer is not None:
+            with self._sqlite_writer, core_transaction(self._engine, write=True) as conn:
+                yield conn
+        else:
+            with core_transaction(self._engine, write=write) as conn:
+                yield conn
 
     def _audit(self, s: Session, actor: str, action: str, subject: str, data: dict[str, Any], at_s: float) -> None:
         s.execute(insert(AuditRow).values(at_s=at_s, actor=actor, action=action, subject=subject, data=dumps(data)))

@@ -18,7 +18,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
@@ -81,6 +81,17 @@ def transaction(engine: Engine, *, write: bool) -> Iterator[Session]:
             conn.execution_options(**{_WRITE: True})
         with Session(bind=conn, expire_on_commit=False, autoflush=True) as session, session.begin():
             yield session
+
+
+@contextmanager
+def core_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
+    """``transaction`` without an ORM session: for hot paths that only run Core statements (a session's
+    set-up, bookkeeping and ORM-level execution cost more than the statements themselves there)."""
+    with engine.connect() as conn:
+        if write:
+            conn.execution_options(**{_WRITE: True})
+        with conn.begin():
+            yield conn
 
 
 def alembic_config() -> Config:

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import ConflictError, GpupoolError, InputError, NotFoundError, UnknownNameError
 from gpupool.domain.jobs import JobSpec
@@ -131,21 +132,27 @@ class ServerOps:
         self, batch: Sequence[Submission], todo: list[int], out: list[tuple[JobRecord, bool] | GpupoolError | None]
     ) -> None:
         st = self.store
-        with st._tx(write=True) as s:
+        jobs_t, commands_t, audit_t = JobRow.__table__, JobCommandRow.__table__, AuditRow.__table__
+        # Core statements on a bare connection: the ORM session's set-up and per-statement bookkeeping cost
+        # more than these few statements; only a key seen before (rare) loads its stored job.
+        with st._core_tx(write=True) as conn:
             tenants = sorted({batch[i].spec.tenant for i in todo})
-            known = set(s.scalars(select(TenantRow.name).where(TenantRow.name.in_(tenants))))
+            known = set(conn.scalars(select(TenantRow.name).where(TenantRow.name.in_(tenants))))
             keyed: dict[tuple[str, str], JobRecord] = {}
             for tenant in tenants:
                 keys = sorted(
                     {k for i in todo if batch[i].spec.tenant == tenant for k in [batch[i].idempotency_key] if k}
                 )
                 for start in range(0, len(keys), 500):
-                    q = select(JobRow).where(
+                    q = select(JobRow.id).where(
                         JobRow.tenant == tenant, JobRow.idempotency_key.in_(keys[start : start + 500])
                     )
-                    for row in s.scalars(q):
-                        assert row.idempotency_key is not None
-                        keyed[(tenant, row.idempotency_key)] = job_record(row)
+                    seen = list(conn.scalars(q))
+                    if seen:
+                        with Session(bind=conn) as s:
+                            for row in s.scalars(select(JobRow).where(JobRow.id.in_(seen))):
+                                assert row.idempotency_key is not None
+                                keyed[(tenant, row.idempotency_key)] = job_record(row)
             now = st._clock()
             jobs: list[dict[str, Any]] = []
             commands: list[dict[str, Any]] = []
@@ -177,15 +184,15 @@ class ServerOps:
                         "updated_s": now,
                     }
                 )
-                commands.append({"job_id": spec.job_id, "argv": dumps(list(sub.argv)), "env": dumps(dict(sub.env))})
-                data = {"key": key, "argv": list(sub.argv)}
+                argv = list(sub.argv)
+                commands.append({"job_id": spec.job_id, "argv": dumps(argv), "env": dumps(dict(sub.env))})
                 audits.append(
                     {
                         "at_s": now,
                         "actor": sub.actor,
                         "action": "job.submitted",
                         "subject": f"job/{spec.job_id}",
-                        "data": dumps(data),
+                        "data": dumps({"key": key, "argv": argv}),
                     }
                 )
                 rec = JobRecord(spec, JobState.PENDING, 1, key, "", "", now, now)
@@ -193,11 +200,10 @@ class ServerOps:
                 if key is not None:
                     keyed[(spec.tenant, key)] = rec  # a later submission of the batch with this key gets this job
             if jobs:
-                # Core executemany: one round trip per table, whatever the batch size.
-                conn = s.connection()
-                conn.execute(insert(JobRow.__table__), jobs)  # type: ignore[arg-type]
-                conn.execute(insert(JobCommandRow.__table__), commands)  # type: ignore[arg-type]
-                conn.execute(insert(AuditRow.__table__), audits)  # type: ignore[arg-type]
+                # executemany: one round trip per table, whatever the batch size.
+                conn.execute(insert(jobs_t), jobs)  # type: ignore[arg-type]
+                conn.execute(insert(commands_t), commands)  # type: ignore[arg-type]
+                conn.execute(insert(audit_t), audits)  # type: ignore[arg-type]
 
     def _after_conflict(self, sub: Submission, i: int, out: list[tuple[JobRecord, bool] | GpupoolError | None]) -> None:
         """One submission refused by a unique constraint: its key was stored meanwhile, or its id is taken."""
