@@ -1,33 +1,81 @@
 """Against Slurm's published numbers: a 200-job trace on 16 hosts x 8 GPUs in 4 leaves of 4 hosts.
 
-    python benchmarks/sim_slurm.py
+    python benchmarks/sim_slurm.py                                   # one trace: one JSON line per arm
+    python benchmarks/sim_slurm.py --seeds 1-5 --gaps 60,75,90,120   # sweep: one line per run, then summaries
 
 Slurm 22.05 (backfill, topology/tree, near-exact time limits) on its 200-job trace: avg JCT 2,745 s
 against a lower bound of 2,027 s (1.35x), and only 22 of its 35 multi-host jobs under one leaf although
-all fit one. That trace is not public, so this generates a comparable one (seeded): 200 jobs, 35 of them
+all fit one. That trace is not public, so this generates comparable ones (seeded): 200 jobs, 35 of them
 multi-host (16, 24 or 32 GPUs: each fits one leaf of 32 GPUs), the rest 1, 2, 4 or 8 GPUs; Poisson
-arrivals (mean gap ``--gap`` 60 s); lognormal durations scaled (by bisection) so that the trace's lower bound on
-avg JCT is 2,000 s. Arms: fifo with the durations as estimates and EASY backfill (Slurm's setting), with
-and without every multi-host job requiring one leaf (Slurm's ``--switches=1``), conservative backfill, and
-fifo without estimates or backfill. Prints one JSON line per arm.
+arrivals (mean gap ``--gap``); lognormal durations scaled (by bisection) so that the trace's lower bound on
+avg JCT is ``--target-bound`` (2,027 s, Slurm's). The load decides the ratio to the bound and Slurm's report
+does not give it, so ``--gaps`` sweeps it; the gap whose Slurm-like arm lands near 1.35x is "the same kind".
+
+Every arm gets the same information Slurm had: a time limit per job, the runtime times (1 + u), u uniform
+in [0, ``--noise``], rounded up to whole minutes (Slurm's unit). A limit is never below the runtime, so no
+job is killed at its limit and the runtime is what the world runs. Arms:
+
+- ``slurm-like`` arms: fifo + EASY backfill (limits as estimates), topology placer best effort (Slurm's
+  topology/tree without ``--switches``), with every multi-host job made to require one leaf (Slurm's
+  ``--switches=1`` without a give-up time), and the same with conservative backfill (a reservation for each
+  blocked job, which is what Slurm's backfill does up to ``bf_max_job_test``).
+- ``gpupool`` arms: ``sjf`` (smallest estimated GPU-seconds first: limit x GPUs) with EASY or conservative
+  backfill, or with none (greedy: any job that fits starts, no reservations), multi-host jobs leaf-required.
+
+Each run prints one JSON line; with several seeds or gaps a summary line per (gap, arm) follows: means over
+the seeds and the worst seed's counts.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from gpupool.domain.jobs import TopologyMode
+from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.generators import leaf_spine
 from gpupool.scheduler import BackfillMode
 from gpupool.sim.bounds import lower_bounds
-from gpupool.sim.runner import simulate
-from gpupool.sim.sharing import SharingOptions
+from gpupool.sim.engine import Engine, scheduler_config
+from gpupool.sim.metrics import compute_metrics
+from gpupool.sim.runner import sim_jobs
+from gpupool.sim.sharing import SharingOptions, sharing_policy
 from gpupool.sim.traces.records import Trace, TraceJob
+from gpupool.sim.world import WorldConfig
 
 SLURM = {"avg_jct_s": 2745.0, "lb_avg_jct_s": 2027.0, "multi_host_jobs": 35, "multi_host_jobs_in_one_leaf": 22}
+REQ = TopologyMode.REQUIRED
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    name: str
+    policy: str
+    backfill: BackfillMode
+    leaf_mode: TopologyMode | None
+    side: str  # "slurm-like" or "gpupool"
+    placer: str = "topology"
+    by_service: bool = False  # Tiresias: preemption by attained service (LAS queues), estimates unused
+
+
+ARMS = (
+    Arm("fifo+easy", "fifo", BackfillMode.EASY, None, "slurm-like"),
+    Arm("fifo+easy+leaf", "fifo", BackfillMode.EASY, REQ, "slurm-like"),
+    Arm("fifo+conservative+leaf", "fifo", BackfillMode.CONSERVATIVE, REQ, "slurm-like"),
+    Arm("sjf+easy+leaf", "sjf", BackfillMode.EASY, REQ, "gpupool"),
+    Arm("sjf+conservative+leaf", "sjf", BackfillMode.CONSERVATIVE, REQ, "gpupool"),
+    Arm("sjf+greedy+leaf", "sjf", BackfillMode.NONE, REQ, "gpupool"),
+    Arm("sjf+easy+leaf/frag", "sjf", BackfillMode.EASY, REQ, "gpupool", placer="frag"),
+    Arm("las+preempt+leaf", "las", BackfillMode.NONE, REQ, "gpupool", by_service=True),
+)
+ARM_BY_NAME = {a.name: a for a in ARMS}
 
 
 def make_trace(seed: int, jobs: int, multi: int, target_lb_s: float, gpus: int, gap_s: float) -> Trace:
@@ -52,37 +100,134 @@ def make_trace(seed: int, jobs: int, multi: int, target_lb_s: float, gpus: int, 
     return Trace("slurm-like", "synthetic", out)
 
 
+def time_limits(trace: Trace, seed: int, noise: float, round_s: float) -> dict[str, float]:
+    """Each job's time limit: runtime x (1 + u), u ~ U[0, noise], rounded up to a multiple of ``round_s``.
+
+    Never below the runtime, so nothing is killed at its limit. Drawn from its own stream (seed + 10,000),
+    so the trace is the same whatever the noise."""
+    rng = np.random.default_rng(seed + 10_000)
+    u = rng.uniform(0.0, noise, size=len(trace.jobs)) if noise > 0 else np.zeros(len(trace.jobs))
+    out: dict[str, float] = {}
+    for j, x in zip(trace.jobs, u, strict=True):
+        raw = j.duration_s * (1.0 + float(x))
+        out[j.job_id] = math.ceil(raw / round_s) * round_s if round_s > 0 else raw
+    return out
+
+
+def run_arm(trace: Trace, fabric: Fabric, arm: Arm, limits: dict[str, float]) -> dict[str, Any]:
+    """One run of ``arm``: the simulator's own path (``gpupool.sim.runner.simulate``) with the time limits
+    as the jobs' estimates instead of the exact durations."""
+    jobs, skipped = sim_jobs(trace, fabric, know_durations=True, preemptible=arm.by_service, leaf_mode=arm.leaf_mode)
+    assert skipped == 0
+    jobs = [
+        dataclasses.replace(j, spec=dataclasses.replace(j.spec, estimated_runtime_s=limits[j.spec.job_id]))
+        for j in jobs
+    ]
+    world = WorldConfig()
+    opts = SharingOptions(backfill=arm.backfill, preemption=arm.by_service, by_service=arm.by_service)
+    sharing = sharing_policy(opts, world)
+    result = Engine(fabric, jobs, scheduler_config(arm.policy, arm.placer, seed=0), world, sharing=sharing).run()
+    m = compute_metrics(result, inference_slo_wait_s=world.inference_slo_wait_s)
+    waits = [r.start_s - r.submit_s for r in result.records if r.start_s is not None]
+    m["max_queue_s"] = round(max(waits), 3) if waits else None
+    return m
+
+
+KEYS = (
+    "jobs",
+    "finished",
+    "avg_jct_s",
+    "lb_avg_jct_s",
+    "avg_jct_over_lb",
+    "p99_jct_s",
+    "avg_queue_s",
+    "max_queue_s",
+    "multi_host_jobs",
+    "multi_host_jobs_in_one_leaf",
+    "gpu_utilization",
+    "makespan_s",
+    "avg_runtime_factor",
+    "preemptions",
+)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``1-5`` or ``1,3,7`` (or a mix: ``1-3,9``)."""
+    out: list[int] = []
+    for part in text.split(","):
+        a, sep, b = part.partition("-")
+        out.extend(range(int(a), int(b) + 1) if sep else [int(a)])
+    return out
+
+
+def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One line per (gap, arm): means over seeds, worst seed's leaf count, and wins over the slurm-like arms."""
+    out: list[dict[str, Any]] = []
+    gaps = sorted({r["gap_s"] for r in rows})
+    for gap in gaps:
+        at_gap = [r for r in rows if r["gap_s"] == gap]
+        by_seed = {(r["seed"], r["arm"]): r for r in at_gap}
+        seeds = sorted({r["seed"] for r in at_gap})
+        for arm in dict.fromkeys(r["arm"] for r in at_gap):
+            rs = [by_seed[(s, arm)] for s in seeds]
+            line: dict[str, Any] = {
+                "summary": True,
+                "gap_s": gap,
+                "arm": arm,
+                "side": rs[0]["side"],
+                "seeds": len(rs),
+                "mean_avg_jct_s": round(float(np.mean([r["avg_jct_s"] for r in rs])), 1),
+                "mean_lb_avg_jct_s": round(float(np.mean([r["lb_avg_jct_s"] for r in rs])), 1),
+                "mean_avg_jct_over_lb": round(float(np.mean([r["avg_jct_over_lb"] for r in rs])), 4),
+                "min_avg_jct_over_lb": min(r["avg_jct_over_lb"] for r in rs),
+                "max_avg_jct_over_lb": max(r["avg_jct_over_lb"] for r in rs),
+                "mean_p99_jct_s": round(float(np.mean([r["p99_jct_s"] for r in rs])), 1),
+                "worst_max_queue_s": max(r["max_queue_s"] for r in rs),
+                "multi_host_in_one_leaf_worst": min(r["multi_host_jobs_in_one_leaf"] for r in rs),
+                "multi_host_jobs": rs[0]["multi_host_jobs"],
+            }
+            if rs[0]["side"] == "gpupool":
+                for ref in ("fifo+easy+leaf", "fifo+easy"):
+                    if (seeds[0], ref) in by_seed:
+                        line[f"beats_{ref}_seeds"] = sum(
+                            1 for s in seeds if by_seed[(s, arm)]["avg_jct_s"] < by_seed[(s, ref)]["avg_jct_s"]
+                        )
+            out.append(line)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--target-bound", type=float, default=2000.0)
+    ap.add_argument("--seeds", type=str, default=None, help="sweep seeds: '1-5' or '1,3,7' (overrides --seed)")
+    ap.add_argument("--target-bound", type=float, default=SLURM["lb_avg_jct_s"])
     ap.add_argument("--gap", type=float, default=60.0, help="mean seconds between arrivals")
+    ap.add_argument("--gaps", type=str, default=None, help="sweep gaps: '60,90,120' (overrides --gap)")
+    ap.add_argument("--noise", type=float, default=0.1, help="time limit = runtime x (1 + U[0, noise]) ...")
+    ap.add_argument("--round-s", type=float, default=60.0, help="... rounded up to a multiple of this")
+    ap.add_argument("--arms", type=str, default=",".join(ARM_BY_NAME), help="comma-separated subset of the arms")
     args = ap.parse_args(argv)
+    seeds = parse_seeds(args.seeds) if args.seeds else [args.seed]
+    gaps = [float(g) for g in args.gaps.split(",")] if args.gaps else [args.gap]
+    arms = [ARM_BY_NAME[a] for a in args.arms.split(",")]
     fabric = leaf_spine(4, 2, 4, 8, name="16x8-4leaves")
-    trace = make_trace(args.seed, 200, 35, args.target_bound, fabric.gpu_count, args.gap)
-    easy = SharingOptions(backfill=BackfillMode.EASY)
-    arms = {
-        "fifo+easy-backfill": (True, easy, None),
-        "fifo+easy-backfill+leaf-required": (True, easy, TopologyMode.REQUIRED),
-        "fifo+conservative-backfill+leaf-required": (
-            True,
-            SharingOptions(backfill=BackfillMode.CONSERVATIVE),
-            TopologyMode.REQUIRED,
-        ),
-        "fifo": (False, SharingOptions(), None),
-        "fifo+leaf-required": (False, SharingOptions(), TopologyMode.REQUIRED),
-    }
-    for arm, (know, opts, leaf) in arms.items():
-        m = simulate(trace, fabric, policy="fifo", placement="topology", sharing=opts, know_durations=know,
-                     leaf_mode=leaf).metrics  # fmt: skip
-        multi, in_leaf = m["multi_host_jobs"], m["multi_host_jobs_in_one_leaf"]
-        print(json.dumps({
-            "arm": arm, "gpus": fabric.gpu_count, "jobs": m["jobs"], "finished": m["finished"],
-            "avg_jct_s": m["avg_jct_s"], "lb_avg_jct_s": m["lb_avg_jct_s"], "avg_jct_over_lb": m["avg_jct_over_lb"],
-            "lb_mean_isolated_s": m["lb_mean_isolated_s"], "lb_srpt_avg_jct_s": m["lb_srpt_avg_jct_s"],
-            "multi_host_jobs": multi, "multi_host_jobs_in_one_leaf": in_leaf,
-            "gpu_utilization": m["gpu_utilization"], "slurm": SLURM, "wall_s": m["wall_s"],
-        }), flush=True)  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    for gap in gaps:
+        for seed in seeds:
+            trace = make_trace(seed, 200, 35, args.target_bound, fabric.gpu_count, gap)
+            limits = time_limits(trace, seed, args.noise, args.round_s)
+            for arm in arms:
+                m = run_arm(trace, fabric, arm, limits)
+                row = {"arm": arm.name, "side": arm.side, "seed": seed, "gap_s": gap, "noise": args.noise}
+                row |= {k: m[k] for k in KEYS}
+                row["wall_s"] = m["wall_s"]
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    if len(seeds) > 1 or len(gaps) > 1:
+        for line in summarise(rows):
+            print(json.dumps(line), flush=True)
+    else:
+        print(json.dumps({"slurm": SLURM}), flush=True)
     return 0
 
 
