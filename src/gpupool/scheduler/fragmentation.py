@@ -76,22 +76,56 @@ def request_mix(
 
     Pass a trace's whole workload as ``ScheduleRequest.workload_mix`` so the ``frag`` placer measures
     fragmentation against it, as FGD does, rather than against the queue of the moment."""
-    counts: defaultdict[tuple[int, int, int, int, int, tuple[str, ...]], float] = defaultdict(float)
+    counts: defaultdict[_Key, float] = defaultdict(float)
     for pos, job in enumerate(jobs):
-        if job.share is not None:
-            key = (1, job.share.milli_gpu, job.share.memory_mib, job.cpu_millicores, job.memory_mib, job.gpu_models)
-        elif max_gpus is None or job.gpus_per_task <= max_gpus:
-            key = (job.gpus_per_task, MILLI_PER_GPU, 0, job.cpu_millicores, job.memory_mib, job.gpu_models)
-        else:
-            continue
-        counts[key] += job.tasks * (math.exp(-pos / horizon) if horizon else 1.0)
-    total = float(sum(counts.values()))
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        key = _request_key(job, max_gpus)
+        if key is not None:
+            counts[key] += job.tasks * (math.exp(-pos / horizon) if horizon else 1.0)
+    return _ranked(counts.items())
+
+
+_Key = tuple[int, int, int, int, int, tuple[str, ...]]  # GPUs, milli-GPU, GPU memory, CPU, memory, models
+
+
+def _request_key(job: JobSpec, max_gpus: int | None) -> _Key | None:
+    if job.share is not None:
+        return (1, job.share.milli_gpu, job.share.memory_mib, job.cpu_millicores, job.memory_mib, job.gpu_models)
+    if max_gpus is None or job.gpus_per_task <= max_gpus:
+        return (job.gpus_per_task, MILLI_PER_GPU, 0, job.cpu_millicores, job.memory_mib, job.gpu_models)
+    return None
+
+
+def _ranked(counts: Iterable[tuple[_Key, float]]) -> tuple[RequestType, ...]:
+    items = list(counts)
+    total = float(sum(c for _, c in items))
+    ranked = sorted(items, key=lambda kv: (-kv[1], kv[0]))
     return tuple(
         RequestType(gpus=k[0], milli_gpu=k[1], weight=c / total, gpu_memory_mib=k[2], cpu_millicores=k[3],
                     memory_mib=k[4], gpu_models=k[5])
         for k, c in ranked
     )  # fmt: skip
+
+
+class QueueMixes:
+    """``request_mix`` of a fixed sequence of jobs seen as a queue whose head advances: the mix of the
+    ``window`` jobs from position k on, the next ones weighing most. Each job's request type is worked out
+    once, so one mix costs a NumPy pass over the window (a simulator calls this once per arrival)."""
+
+    def __init__(self, jobs: Sequence[JobSpec], max_gpus: int | None, horizon: float | None, window: int) -> None:
+        keys = [_request_key(j, max_gpus) for j in jobs]
+        self._keys: list[_Key] = sorted({k for k in keys if k is not None})
+        rank = {k: i for i, k in enumerate(self._keys)}
+        self._ids = np.array([-1 if k is None else rank[k] for k in keys], dtype=np.int64)
+        self._tasks = np.array([j.tasks for j in jobs], dtype=np.float64)
+        self._decay = np.array([math.exp(-i / horizon) if horizon else 1.0 for i in range(window)], dtype=np.float64)
+        self._window = window
+
+    def at(self, k: int) -> tuple[RequestType, ...]:
+        ids = self._ids[k : k + self._window]
+        w = self._tasks[k : k + self._window] * self._decay[: ids.size]
+        ok = ids >= 0
+        counts = np.bincount(ids[ok], weights=w[ok], minlength=len(self._keys))
+        return _ranked((self._keys[i], float(counts[i])) for i in np.flatnonzero(counts > 0))
 
 
 def mix_of(types: Sequence[RequestType], gpu_memory_mib: int) -> WorkloadMix | None:
@@ -150,10 +184,12 @@ class _Terms:
 
 
 def _terms(eff: IntArray, mix: WorkloadMix) -> _Terms:
-    fits = eff[:, :, None] >= mix.milli  # (hosts, GPUs, types)
+    # Types share few distinct milli-GPU sizes: count per size, then spread to the types.
+    sizes, per_type = np.unique(mix.milli, return_inverse=True)
+    fits = eff[:, :, None] >= sizes  # (hosts, GPUs, sizes)
     room = fits.sum(axis=1)
-    small = (eff[:, :, None] * ~fits).sum(axis=1)
-    return _Terms(room, small, eff.sum(axis=1))
+    small = eff.sum(axis=1)[:, None] - (eff[:, :, None] * fits).sum(axis=1)
+    return _Terms(room[:, per_type], small[:, per_type], eff.sum(axis=1))
 
 
 def _frag(
@@ -181,6 +217,24 @@ def expected_fragmentation(
     t = _terms(eff, mix)
     big = np.full(eff.shape[0], np.iinfo(np.int64).max, dtype=np.int64)
     return _frag(t.room, t.small, t.total, big if cpu is None else cpu, big if mem is None else mem, None, mix)
+
+
+def frag_pick_cpu(cap: Capacity, cpu_need: int, mem_need: int, mix: WorkloadMix) -> int | None:
+    """The host for a task that needs CPU and memory but no GPU: the one whose expected fragmentation grows
+    least (taking CPU or memory can leave a host's free GPUs unusable for the mix), then the one with the
+    least free GPU capacity, then the least CPU left."""
+    up = cap.cpu_free > 0  # a host that is down has none
+    hosts = np.flatnonzero(up & (cap.cpu_free >= cpu_need) & (cap.mem_free >= mem_need))
+    if hosts.size == 0:
+        return None
+    eff = effective_free(cap, hosts)
+    t = _terms(eff, mix)
+    cpu, mem = cap.cpu_free[hosts], cap.mem_free[hosts]
+    access = mix.access(cap.index, hosts)
+    before = _frag(t.room, t.small, t.total, cpu, mem, access, mix)
+    after = _frag(t.room, t.small, t.total, cpu - cpu_need, mem - mem_need, access, mix)
+    i = int(np.lexsort((hosts, cpu, t.total, np.round(after - before, 6)))[0])
+    return int(hosts[i])
 
 
 # ------------------------------------------------------------------ picks

@@ -6,12 +6,14 @@ departures: a pod that does not fit when it arrives stays unscheduled. Reported:
 (milli-GPU allocated / capacity) as arrived demand grows from 0 to ``tune`` x capacity, and the GPUs left
 unallocated at the end.
 
-Every GPU pod goes through the production ``schedule()`` as the head of a strict FIFO queue (so only it can be
-placed); the queue also holds the next ``lookahead`` pods, because the FGD protocol gives its placer the
-workload's request mix and the ``frag`` placer reads the mix from the queue. CPU-only pods have no JobSpec form
-yet (a JobSpec holds at least one GPU or a GPU share); until it has, this module places them itself, on the
-host with the fewest free GPUs that has room for their CPU and memory (so they stay off GPU-rich hosts), and
-counts them in the result.
+Every GPU pod goes through the production ``schedule()`` alone (so only it can be placed); the FGD protocol
+gives its placer the workload's request mix, and the ``frag`` placer gets the mix a queue holding the next
+``lookahead`` GPU pods would give it (``QueueMixes``: the next pods weigh most), as ``workload_mix``. CPU-only
+pods have no JobSpec form yet (a JobSpec holds at least one GPU or a GPU share); until they have, this module
+places them itself: with ``frag``, by the same measure (``frag_pick_cpu``: the host whose expected
+fragmentation grows least, since CPU or memory taken can strand a host's free GPUs, as FGD scores them);
+otherwise on the host with the fewest free GPUs that has room for their CPU and memory. They count in the
+result.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ from gpupool.cluster import ClusterState
 from gpupool.domain.events import JobCancelled, JobPlaced, JobSubmitted
 from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec, TaskAllocation
 from gpupool.scheduler import SchedulerConfig, ScheduleRequest, schedule
+from gpupool.scheduler.capacity import Capacity
+from gpupool.scheduler.fragmentation import QUEUE_HORIZON, QueueMixes, cycle_mix, frag_pick_cpu
+from gpupool.scheduler.telemetry import penalties
+from gpupool.scheduler.types import RequestType, TelemetryWeights
 from gpupool.sim.fabrics import nodes_fabric
 from gpupool.sim.traces.records import TraceJob, TraceNode
 from gpupool.sim.traces.specs import to_job_spec
@@ -85,8 +91,16 @@ def _renamed(p: TraceJob, name: str) -> TraceJob:
                     p.cpu_milli, p.memory_mib, p.gpu_model, p.tenant, p.kind)  # fmt: skip
 
 
-def _cpu_host(state: ClusterState, pod: TraceJob) -> int | None:
+def _cpu_host(state: ClusterState, pod: TraceJob, given: tuple[RequestType, ...] | None) -> int | None:
+    """With ``given`` (a request mix, for the ``frag`` placer), the host whose expected fragmentation for
+    that mix grows least; else the host with the fewest free GPUs that has room, then the tightest CPU."""
     snap = state.snapshot()
+    if given is not None:
+        mix = cycle_mix(given, (), snap.index)
+        if mix is not None:
+            return frag_pick_cpu(
+                Capacity(snap, penalties(snap, TelemetryWeights())), pod.cpu_milli, pod.memory_mib, mix
+            )
     ix = snap.index
     fits = (
         (ix.host_cpu_millicores - snap.host_cpu_used >= pod.cpu_milli)
@@ -120,7 +134,10 @@ def pack(
     specs: list[JobSpec | None] = [
         to_job_spec(p, max_gpus_per_task=per_host, submit_s=float(i)) for i, p in enumerate(arrivals)
     ]
-    gpu_idx = [i for i, s in enumerate(specs) if s is not None]
+    # The request mix the ``frag`` placer would read from a queue holding the next ``lookahead`` GPU pods.
+    mixes = QueueMixes([s for s in specs if s is not None], per_host, QUEUE_HORIZON, lookahead)
+    mix_at = mixes.at
+
     cfg = SchedulerConfig(policy="fifo", placer=placement, strict=True, max_placements_per_cycle=1, seed=seed)
     arrived = allocated = 0
     curve = np.zeros(len(arrivals) + 1, dtype=np.int64)
@@ -131,17 +148,17 @@ def pack(
         arrived += request_milli(pod)
         if spec is None:
             cpu_only += 1
-            h = _cpu_host(state, pod)
+            h = _cpu_host(state, pod, mix_at(k) if placement == "frag" else None)
             if h is not None:
                 task = TaskAllocation(fabric.hosts[h].name, (), 0, 0, pod.cpu_milli, pod.memory_mib)
                 job = JobSpec(pod.job_id, float(i), gpus_per_task=1, cpu_millicores=pod.cpu_milli)
                 state.apply(JobSubmitted(job, float(i)))
                 state.apply(JobPlaced(Allocation(pod.job_id, (task,)), float(i)))
         else:
-            window = tuple(s for j in gpu_idx[k : k + lookahead] if (s := specs[j]) is not None)
+            given = mix_at(k) if placement == "frag" else ()
             k += 1
             state.apply(JobSubmitted(spec, float(i)))
-            res = schedule(ScheduleRequest(state.snapshot(), window, float(i), cfg))
+            res = schedule(ScheduleRequest(state.snapshot(), (spec,), float(i), cfg, workload_mix=given))
             if res.placements:
                 state.apply(JobPlaced(res.placements[0], float(i)))
                 allocated += request_milli(pod)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import pytest
 
 from gpupool.cluster import ClusterState
 from gpupool.domain.events import JobPlaced, JobSubmitted
 from gpupool.domain.jobs import Allocation, GpuShare, JobSpec, TaskAllocation
 from gpupool.fabric.fabric import Fabric
 from gpupool.scheduler import SchedulerConfig, ScheduleRequest, schedule
-from gpupool.scheduler.fragmentation import expected_fragmentation, mix_of, request_mix
-from gpupool.scheduler.types import RequestType
+from gpupool.scheduler.capacity import Capacity
+from gpupool.scheduler.fragmentation import QueueMixes, expected_fragmentation, frag_pick_cpu, mix_of, request_mix
+from gpupool.scheduler.telemetry import penalties
+from gpupool.scheduler.types import RequestType, TelemetryWeights
 from gpupool.sim.fabrics import nodes_fabric
 from gpupool.sim.traces.records import TraceNode
 
@@ -151,3 +156,30 @@ def test_queue_mix_weighs_the_next_jobs_most() -> None:
     assert weights[300] > weights[500]  # one job first outweighs two behind it at a short horizon
     flat = {t.milli_gpu: t.weight for t in request_mix(jobs)}
     assert flat[300] < flat[500]
+
+
+def test_queue_mixes_match_request_mix_of_each_window() -> None:
+    jobs = [share(f"s{i}", (100, 300, 500)[i % 3], 1000 * (i % 2)) for i in range(30)]
+    jobs += [JobSpec("w", 0.0, tasks=2, gpus_per_task=2), JobSpec("big", 0.0, gpus_per_task=16)]
+    mixes = QueueMixes(jobs, 8, 4.0, 10)
+    for k in (0, 7, 25, 31):
+        want = request_mix(jobs[k : k + 10], 8, 4.0)
+        got = mixes.at(k)
+        assert [t.weight for t in got] == pytest.approx([t.weight for t in want])
+        assert [dataclasses.replace(t, weight=0.0) for t in got] == [dataclasses.replace(t, weight=0.0) for t in want]
+
+
+def test_a_cpu_only_task_goes_where_its_cpu_strands_no_gpu() -> None:
+    # Both hosts have two whole GPUs free; 4,000 millicores on n0 (7,000) would leave too little CPU for the
+    # mix's 1-GPU task, stranding both GPUs; n1 (20,000) keeps enough. The tightest CPU would pick n0.
+    state = ClusterState(fabric((2, "G2", 7_000), (2, "G2", 20_000)))
+    mix = mix_of([RequestType(1, 1000, 1.0, cpu_millicores=4000)], 32_768)
+    assert mix is not None
+    snap = state.snapshot()
+    cap = Capacity(snap, penalties(snap, TelemetryWeights()))
+    assert frag_pick_cpu(cap, 4000, 0, mix) == 1
+    occupy(state, "full", "n0", (0, 1), 1000)
+    snap = state.snapshot()
+    cap = Capacity(snap, penalties(snap, TelemetryWeights()))
+    assert frag_pick_cpu(cap, 4000, 0, mix) == 0  # n0's GPUs are taken: nothing left to strand, less free
+    assert frag_pick_cpu(cap, 30_000, 0, mix) is None
