@@ -73,3 +73,37 @@ def test_sjf_with_backfill_beats_the_slurm_like_arm_and_keeps_every_gang_in_one_
         assert m["multi_host_jobs"] == m["multi_host_jobs_in_one_leaf"] == 35
         assert m["avg_jct_s"] >= m["lb_avg_jct_s"]
     assert best["avg_jct_s"] < slurm["avg_jct_s"]
+
+
+def test_summary_counts_wins_and_the_traces_of_slurms_kind() -> None:
+    bench = _bench()
+
+    def row(seed: int, arm: str, side: str, jct: float) -> dict[str, object]:
+        return {
+            "seed": seed, "gap_s": 105.0, "arm": arm, "side": side, "avg_jct_s": jct, "lb_avg_jct_s": 2027.0,
+            "avg_jct_over_lb": jct / 2027.0, "p99_jct_s": jct, "max_queue_s": 1.0,
+            "multi_host_jobs": 35, "multi_host_jobs_in_one_leaf": 35 if "leaf" in arm else 20,
+        }  # fmt: skip
+
+    rows = [
+        row(1, "fifo+easy", "slurm-like", 2750.0),  # 1.357x: Slurm's kind
+        row(1, "fifo+easy+leaf", "slurm-like", 2700.0),
+        row(1, "sjf+easy+leaf", "gpupool", 2600.0),
+        row(2, "fifo+easy", "slurm-like", 2200.0),  # 1.085x: not Slurm's kind
+        row(2, "fifo+easy+leaf", "slurm-like", 2300.0),
+        row(2, "sjf+easy+leaf", "gpupool", 2250.0),
+        row(3, "fifo+easy", "slurm-like", 2800.0),  # 1.381x: Slurm's kind
+        row(3, "fifo+easy+leaf", "slurm-like", 2780.0),
+        row(3, "sjf+easy+leaf", "gpupool", 2790.0),  # beats fifo+easy only, and is over 2,745 s
+    ]
+    lines = {line["arm"]: line for line in bench.summarise(rows)}
+    sjf = lines["sjf+easy+leaf"]
+    assert sjf["seeds"] == 3
+    assert sjf["mean_avg_jct_s"] == pytest.approx((2600 + 2250 + 2790) / 3, abs=0.1)
+    assert sjf["beats_fifo+easy+leaf_seeds"] == 2
+    assert sjf["beats_fifo+easy_seeds"] == 2
+    assert sjf["slurm_kind_seeds"] == [1, 3]
+    assert sjf["slurm_kind_beats_slurm_like"] == 1
+    assert sjf["slurm_kind_under_2745_s"] == 1
+    assert lines["fifo+easy"]["multi_host_in_one_leaf_worst"] == 20
+    assert "beats_fifo+easy_seeds" not in lines["fifo+easy"]
