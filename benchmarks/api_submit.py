@@ -51,8 +51,36 @@ def free_port() -> int:
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of ``pid`` so far (Linux /proc): a measure that other load on the box
     does not inflate, unlike wall-clock throughput."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return cpu_s_of(Path(f"/proc/{pid}/stat"))
+
+
+def thread_cpu_s(pid: int) -> dict[int, float]:
+    """CPU seconds of each of ``pid``'s threads (by thread id; the event loop's is ``pid`` itself)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[int(task.name)] = cpu_s_of(task / "stat")
+        except OSError:
+            continue  # the thread ended meanwhile
+    return out
+
+
+def cpu_s_of(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def backend_cpu_s(libpq: str, app_name: str) -> dict[int, float]:
+    """CPU seconds of each PostgreSQL backend serving connections named ``app_name`` (same machine)."""
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", [app_name])]
+    out = {}
+    for pid in pids:
+        try:
+            out[pid] = cpu_s_of(Path(f"/proc/{pid}/stat"))
+        except OSError:
+            continue
+    return out
 
 
 def client_process(
@@ -232,7 +260,8 @@ def main() -> None:
     if args.backend is None:
         p.error("--backend is required")
     tmp = Path(tempfile.mkdtemp(prefix="gpupool-bench-"))
-    schema = None
+    schema = libpq = None
+    app_name = f"gpupool-bench-{secrets.token_hex(4)}"
     if args.backend == "sqlite":
         url = f"sqlite:///{tmp / 'gpupool.db'}"
     else:
@@ -242,7 +271,7 @@ def main() -> None:
             conn.execute(f"CREATE SCHEMA {schema}")
         url = (
             make_url(args.database_url)
-            .update_query_dict({"options": f"-csearch_path={schema}"})
+            .update_query_dict({"options": f"-csearch_path={schema}", "application_name": app_name})
             .render_as_string(hide_password=False)
         )
     port = free_port()
@@ -300,10 +329,16 @@ def main() -> None:
         for cp in procs:
             cp.start()
         threading.Event().wait(max(0.0, start_at - time.time()))
-        server_cpu0 = cpu_s(proc.pid)
+        server_cpu0, threads0 = cpu_s(proc.pid), thread_cpu_s(proc.pid)
+        db0 = backend_cpu_s(libpq, app_name) if libpq is not None else {}
         load0 = os.getloadavg()[0]
         gathered = [results.get(timeout=args.seconds + 120) for _ in procs]
-        server_cpu = cpu_s(proc.pid) - server_cpu0
+        server_cpu, threads1 = cpu_s(proc.pid) - server_cpu0, thread_cpu_s(proc.pid)
+        db1 = backend_cpu_s(libpq, app_name) if libpq is not None else {}
+        # The event loop's thread (HTTP, routing, validation) apart from the others (group-commit writer,
+        # scheduling loop, threadpool); backends that started during the run count from zero.
+        loop_cpu = threads1.get(proc.pid, 0.0) - threads0.get(proc.pid, 0.0)
+        db_cpu = sum(c - db0.get(pid, 0.0) for pid, c in db1.items())
         for cp in procs:
             cp.join(30)
         failures = [g for g in gathered if isinstance(g, str)]
@@ -327,7 +362,7 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(60)
-        if schema is not None:
+        if schema is not None and libpq is not None:
             with psycopg.connect(libpq, autocommit=True) as conn:
                 conn.execute(f"DROP SCHEMA {schema} CASCADE")
     lat = sorted(x for g in done for x in g[0])
@@ -347,7 +382,10 @@ def main() -> None:
         "seconds": args.seconds,
         "placements": placements,
         "server_cpu_ms_per_submit": round(1000 * server_cpu / max(1, n), 3),
+        "server_loop_thread_cpu_ms_per_submit": round(1000 * loop_cpu / max(1, n), 3),
+        "server_other_threads_cpu_ms_per_submit": round(1000 * (server_cpu - loop_cpu) / max(1, n), 3),
         "client_cpu_ms_per_submit": round(1000 * client_cpu / max(1, n), 3),
+        "db_cpu_ms_per_submit": round(1000 * db_cpu / max(1, n), 3) if libpq is not None else None,
         "load_avg_1m": round(max(load0, os.getloadavg()[0]), 2),
         "cycles": cycles,
         "cycle_ms_mean": round(1000 * cycle_s / cycles, 1) if cycles else None,

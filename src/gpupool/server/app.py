@@ -28,6 +28,7 @@ from gpupool.schemas import agent as proto
 from gpupool.schemas import api
 from gpupool.server.auth import bearer
 from gpupool.server.core import build_server
+from gpupool.server.fastsubmit import SubmitFastPath
 from gpupool.server.gateway import AuthError
 from gpupool.server.routes import AgentUnreachableError, ForbiddenError, Srv, router
 from gpupool.server.settings import Settings
@@ -47,6 +48,11 @@ _STATUS: tuple[tuple[type[GpupoolError], int], ...] = (
 
 def _error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GpupoolError)
+    return error_response(exc)
+
+
+def error_response(exc: GpupoolError) -> JSONResponse:
+    """A domain error's answer: its stable code, and the status that code means."""
     if isinstance(exc, (InputError, UnknownNameError)):
         where = getattr(exc, "source", "") or "body"
         detail = [{"loc": where.split("."), "msg": getattr(exc, "reason", exc.message), "type": exc.code}]
@@ -87,6 +93,8 @@ def create_app(settings: Settings, *, clock: Callable[[], float] | None = None, 
     app.add_exception_handler(GpupoolError, _error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.include_router(router)
+    # JSON submits skip FastAPI's per-request machinery (see fastsubmit); the route above serves the rest.
+    app.add_middleware(SubmitFastPath, server=srv, error_response=error_response)
     # The dashboard at / and /ui, behind the same tokens, with the gateway's latest samples per host.
     mount_dashboard(app, telemetry=srv.gateway.telemetry)
 

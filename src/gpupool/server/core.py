@@ -69,4 +69,5 @@ def build_server(
     )
     gateway = AgentGateway(store, ops, fabrics, settings, signals, loop.nudge, clock, seen, hosts)
     auth = Authenticator(store, settings.admin_token, settings.auth_cache_s, clock)
-    return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, SubmitWriter(ops))
+    submits = SubmitWriter(ops, on_stored=loop.submitted)  # the loop folds new jobs in without reading them back
+    return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits)

@@ -48,11 +48,12 @@ from gpupool.server.liveness import LastSeen
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.settings import Settings
 from gpupool.server.sharing import SharingBuilder
-from gpupool.store import NodeRecord, Store
+from gpupool.store import JobRecord, NodeRecord, Store
 from gpupool.store.server_ops import ServerOps
 
 log = logging.getLogger("gpupool.server.loop")
 ACTOR = "scheduler"
+_MAX_FRESH = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,14 @@ class CycleReport:
     waiting: int
     rebuilt: bool
     seconds: float
+
+
+def coalescing_gap(cycle_cpu_s: float, min_gap_s: float, max_busy: float) -> float:
+    """How long the loop rests after a cycle before a wake-up may start the next: a burst of submits wakes it
+    once per gap, and the gap grows with what the cycle cost (thousands queued), so that cycles woken without
+    pause take at most ``max_busy`` of a core (clamped to 1%..100%)."""
+    busy = min(max(max_busy, 0.01), 1.0)
+    return max(min_gap_s, cycle_cpu_s * (1.0 - busy) / busy)
 
 
 class SignalQueue:
@@ -120,6 +129,10 @@ class SchedulingLoop:
         self._signalled: set[tuple[str, float]] = set()  # (job, preemption time) already asked to checkpoint
         # The last cycle's immutable inputs, for /why's deadline admission from request threads.
         self._view: tuple[ClusterSnapshot, tuple[JobSpec, ...], SharingPolicy] | None = None
+        # Jobs this process committed since the last sync (from the group-commit writer): their specs, so the
+        # sync folds them in without reading each spec back (a hint: a job missing here is read as before).
+        self._fresh_lock = threading.Lock()
+        self._fresh: dict[str, JobRecord] = {}
         self.cycles = 0
 
     # -- thread ------------------------------------------------------------------------------------------------
@@ -127,6 +140,15 @@ class SchedulingLoop:
         # Whoever wakes the loop (a route, the gateway) has just changed something durable: the gateway's
         # cached nodes and assignments must not outlive it.
         self._changed()
+        self._wake.set()
+
+    def submitted(self, records: Sequence[JobRecord]) -> None:
+        """Jobs just committed by this process: remembered for the next sync, then the loop is nudged."""
+        with self._fresh_lock:
+            if len(self._fresh) >= _MAX_FRESH:
+                self._fresh.clear()  # nobody syncs (a standby, a stopped loop): hints are optional
+            for rec in records:
+                self._fresh[rec.job_id] = rec
         self._wake.set()
 
     def nudge(self) -> None:
@@ -162,12 +184,15 @@ class SchedulingLoop:
                 self._leader_since = None
                 self._stop.wait(self._settings.leader_retry_s)
                 continue
+            spent = time.thread_time()
             try:
                 self.run_cycle()
             except Exception:  # the loop must outlive one bad cycle; the next one rebuilds from the store
                 log.exception("scheduling cycle failed")
                 self._dirty = True
-            self._stop.wait(self._settings.schedule_min_gap_s)
+            spent = time.thread_time() - spent
+            s = self._settings
+            self._stop.wait(coalescing_gap(spent, s.schedule_min_gap_s, s.schedule_max_busy))
             self._wake.wait(self._settings.schedule_period_s)
             self._wake.clear()
 
@@ -342,13 +367,19 @@ class SchedulingLoop:
         """Fold changes other writers made into the state; False when only a rebuild can explain them."""
         state = self._state
         assert state is not None
+        # Taken before the read: every hint was committed before it, so a hinted job missing from ``live``
+        # has already left the queue and its hint can go.
+        with self._fresh_lock:
+            fresh, self._fresh = self._fresh, {}
         live = {j.job_id: j for j in self._ops.live_jobs()}
         new = [j for j, lj in live.items() if j not in self._db_state and lj.state is JobState.PENDING]
         if any(j not in self._db_state and lj.state is not JobState.PENDING for j, lj in live.items()):
             return False
         now = self._clock()
         try:
-            for rec in self._ops.specs(new):
+            read = {r.job_id: r for r in self._ops.specs([j for j in new if j not in fresh])}
+            for job_id in new:
+                rec = fresh.get(job_id) or read[job_id]
                 state.apply(JobSubmitted(rec.spec, rec.created_s))
             for job_id, old in list(self._db_state.items()):
                 lj = live.get(job_id)

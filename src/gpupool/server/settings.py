@@ -37,6 +37,7 @@ class Settings:
     node_lost_after_s: float = 30.0
     schedule_period_s: float = 2.0  # the loop runs at least this often
     schedule_min_gap_s: float = 0.05  # and at most this often, however many events wake it
+    schedule_max_busy: float = 0.25  # woken without pause, cycles take at most this share of a core
     leader_retry_s: float = 1.0  # how often a standby tries to take the leader lock
     auth_cache_s: float = 10.0  # a revoked token may be honoured this long after revocation
     # A replica that did not make a change (a standby taking beats) sends its launches/stops this much later.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from gpupool.domain.errors import GpupoolError
@@ -25,8 +26,15 @@ _Item = tuple[Submission, "Future[tuple[JobRecord, bool]]"]
 
 
 class SubmitWriter:
-    def __init__(self, ops: ServerOps, *, max_batch: int = 512) -> None:
+    def __init__(
+        self,
+        ops: ServerOps,
+        *,
+        max_batch: int = 512,
+        on_stored: Callable[[list[JobRecord]], None] | None = None,
+    ) -> None:
         self._ops = ops
+        self._on_stored = on_stored  # told each batch's new jobs after their commit (the scheduling loop)
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -85,6 +93,10 @@ class SubmitWriter:
                 fut.set_exception(e)
             return
         self.batches += 1
+        if self._on_stored is not None:
+            created = [res[0] for res in results if not isinstance(res, Exception) and res[1]]
+            if created:
+                self._on_stored(created)
         for (_, fut), res in zip(batch, results, strict=True):
             if isinstance(res, Exception):
                 fut.set_exception(res)

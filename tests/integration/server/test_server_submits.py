@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from server_api_helpers import Api
 
 from gpupool.domain.errors import InputError, UnknownNameError
 from gpupool.domain.jobs import JobSpec
+from gpupool.server.loop import coalescing_gap
 from gpupool.server.submits import SubmitWriter
 from gpupool.store.server_ops import Submission
 
@@ -49,3 +51,49 @@ def test_concurrent_submits_through_the_writer_are_each_stored_once(api: Api) ->
     assert 1 <= writer.batches <= 120
     jobs = api.client.get("/v1/jobs", params={"limit": 1000}, headers=api.admin()).json()["jobs"]
     assert len(jobs) == 40
+
+
+def test_the_fast_path_answers_like_the_route(api: Api) -> None:
+    alice = api.tenant("alice")
+    body = b'{"command": ["true"], "gpus_per_task": 2}'
+    fast = api.client.post("/v1/jobs", content=body, headers={**alice, "Content-Type": "application/json"})
+    # Another content type is not JSON to FastAPI either: the route answers, in its own 422 shape.
+    routed = api.client.post("/v1/jobs", content=body, headers={**alice, "Content-Type": "text/plain"})
+    assert fast.status_code == 201 and fast.json()["created"] is True
+    assert fast.json()["job"]["gpus_per_task"] == 2 and fast.json()["job"]["tenant"] == "alice"
+    assert routed.status_code == 422 and routed.json()["detail"][0]["loc"][0] == "body"
+    charset = {**alice, "Content-Type": "application/json; charset=utf-8"}
+    assert api.client.post("/v1/jobs", content=body, headers=charset).status_code == 201
+
+
+def test_the_fast_path_refuses_what_the_route_refuses(api: Api) -> None:
+    alice = api.tenant("alice")
+    json_headers = {**alice, "Content-Type": "application/json"}
+    no_token = api.client.post("/v1/jobs", json={"command": ["true"]})
+    assert no_token.status_code == 401 and no_token.json()["code"] == "UNAUTHENTICATED"
+    not_utf8 = api.client.post("/v1/jobs", content=b"\x80", headers=json_headers)
+    assert not_utf8.status_code == 422 and not_utf8.json()["detail"][0]["type"] == "json_invalid"
+    long_key = api.client.post("/v1/jobs", json={"command": ["true"]}, headers={**alice, "Idempotency-Key": "k" * 257})
+    assert long_key.status_code == 422 and long_key.json()["detail"][0]["loc"][0] == "header"
+    bad = api.client.post("/v1/jobs", json={"command": ["true"], "tasks": 0}, headers=alice)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "tasks"]
+    assert api.client.get("/v1/jobs", headers=api.admin()).json()["jobs"] == []
+
+
+def test_jobs_the_writer_stored_are_placed_from_its_hint_and_a_cancelled_one_is_not(api: Api) -> None:
+    alice = api.tenant("alice")
+    api.register("gpu-01")
+    api.srv.loop.run_cycle()
+    kept = api.client.post("/v1/jobs", json={"command": ["true"], "gpus_per_task": 2}, headers=alice).json()
+    gone = api.client.post("/v1/jobs", json={"command": ["true"], "gpus_per_task": 2}, headers=alice).json()
+    assert api.client.post(f"/v1/jobs/{gone['job']['id']}/cancel", headers=alice).status_code == 200
+    assert api.srv.loop.run_cycle().placed == 1  # the cancelled job's hint does not bring it back
+    assert api.client.get(f"/v1/jobs/{kept['job']['id']}", headers=alice).json()["state"] == "placed"
+    assert api.client.get(f"/v1/jobs/{gone['job']['id']}", headers=alice).json()["state"] == "cancelled"
+
+
+def test_cycles_woken_without_pause_take_at_most_their_share_of_a_core() -> None:
+    assert coalescing_gap(0.001, 0.05, 0.25) == 0.05  # a cheap cycle: the minimum gap
+    assert coalescing_gap(0.2, 0.05, 0.25) == pytest.approx(0.6)  # 0.2 s busy of every 0.8 s
+    assert coalescing_gap(0.2, 0.05, 1.0) == 0.05
+    assert coalescing_gap(0.2, 0.0, 0.0) == pytest.approx(19.8)  # clamped to 1%
