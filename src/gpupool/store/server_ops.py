@@ -85,6 +85,14 @@ class ServerOps:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        # The group commit's statements, built once (building one costs more than running it from the cache).
+        self._known_tenants = select(TenantRow.name).where(TenantRow.name.in_(bindparam("names", expanding=True)))
+        self._keys_seen = select(JobRow.id).where(
+            JobRow.tenant == bindparam("tenant"), JobRow.idempotency_key.in_(bindparam("keys", expanding=True))
+        )
+        self._insert_jobs = insert(JobRow.__table__)  # type: ignore[arg-type]
+        self._insert_commands = insert(JobCommandRow.__table__)  # type: ignore[arg-type]
+        self._insert_audits = insert(AuditRow.__table__)  # type: ignore[arg-type]
 
     # -- jobs --------------------------------------------------------------------------------------------------
     def submit(
@@ -132,22 +140,18 @@ class ServerOps:
         self, batch: Sequence[Submission], todo: list[int], out: list[tuple[JobRecord, bool] | GpupoolError | None]
     ) -> None:
         st = self.store
-        jobs_t, commands_t, audit_t = JobRow.__table__, JobCommandRow.__table__, AuditRow.__table__
         # Core statements on a bare connection: the ORM session's set-up and per-statement bookkeeping cost
         # more than these few statements; only a key seen before (rare) loads its stored job.
         with st._core_tx(write=True) as conn:
             tenants = sorted({batch[i].spec.tenant for i in todo})
-            known = set(conn.scalars(select(TenantRow.name).where(TenantRow.name.in_(tenants))))
+            known = set(conn.scalars(self._known_tenants, {"names": tenants}))
             keyed: dict[tuple[str, str], JobRecord] = {}
             for tenant in tenants:
                 keys = sorted(
                     {k for i in todo if batch[i].spec.tenant == tenant for k in [batch[i].idempotency_key] if k}
                 )
                 for start in range(0, len(keys), 500):
-                    q = select(JobRow.id).where(
-                        JobRow.tenant == tenant, JobRow.idempotency_key.in_(keys[start : start + 500])
-                    )
-                    seen = list(conn.scalars(q))
+                    seen = list(conn.scalars(self._keys_seen, {"tenant": tenant, "keys": keys[start : start + 500]}))
                     if seen:
                         with Session(bind=conn) as s:
                             for row in s.scalars(select(JobRow).where(JobRow.id.in_(seen))):
@@ -201,9 +205,9 @@ class ServerOps:
                     keyed[(spec.tenant, key)] = rec  # a later submission of the batch with this key gets this job
             if jobs:
                 # executemany: one round trip per table, whatever the batch size.
-                conn.execute(insert(jobs_t), jobs)  # type: ignore[arg-type]
-                conn.execute(insert(commands_t), commands)  # type: ignore[arg-type]
-                conn.execute(insert(audit_t), audits)  # type: ignore[arg-type]
+                conn.execute(self._insert_jobs, jobs)
+                conn.execute(self._insert_commands, commands)
+                conn.execute(self._insert_audits, audits)
 
     def _after_conflict(self, sub: Submission, i: int, out: list[tuple[JobRecord, bool] | GpupoolError | None]) -> None:
         """One submission refused by a unique constraint: its key was stored meanwhile, or its id is taken."""
