@@ -123,6 +123,7 @@ def pack(
     tune: float = 1.3,
     seed: int = 42,
     lookahead: int = 256,
+    horizon: float = QUEUE_HORIZON,
 ) -> PackResult:
     t0 = time.perf_counter()
     fabric = nodes_fabric(nodes)
@@ -135,8 +136,8 @@ def pack(
         to_job_spec(p, max_gpus_per_task=per_host, submit_s=float(i)) for i, p in enumerate(arrivals)
     ]
     # The request mix the ``frag`` placer would read from a queue holding the next ``lookahead`` GPU pods.
-    mixes = QueueMixes([s for s in specs if s is not None], per_host, QUEUE_HORIZON, lookahead)
-    mix_at = mixes.at
+    gpu_specs = [s for s in specs if s is not None]
+    mix_at = QueueMixes(gpu_specs, per_host, horizon, lookahead).at
 
     cfg = SchedulerConfig(policy="fifo", placer=placement, strict=True, max_placements_per_cycle=1, seed=seed)
     arrived = allocated = 0
