@@ -64,7 +64,7 @@ def test_parse_seeds_takes_ranges_and_lists() -> None:
 def test_sjf_with_backfill_beats_the_slurm_like_arm_and_keeps_every_gang_in_one_leaf() -> None:
     bench = _bench()
     fabric = leaf_spine(4, 2, 4, 8, name="16x8-4leaves")
-    trace = bench.make_trace(1, 200, 35, 2027.0, fabric.gpu_count, 110.0)
+    trace = bench.make_trace(1, 200, 35, 2027.0, fabric.gpu_count, 105.0)  # the default run
     limits = bench.time_limits(trace, 1, 0.1, 60.0)
     slurm = bench.run_arm(trace, fabric, bench.ARM_BY_NAME["fifo+easy+leaf"], limits)
     best = bench.run_arm(trace, fabric, bench.ARM_BY_NAME["sjf+easy+leaf"], limits)
