@@ -3,6 +3,13 @@
     python benchmarks/sim_itp.py --policies fifo las --preemption
     python benchmarks/sim_itp.py --policies las --preemption-by-service --max-lost-s none 300 600 \
         --thresholds 3600,36000,360000 --thresholds 10000
+    python benchmarks/sim_itp.py --policies gittins --preemption-by-service --max-lost-s 60 \
+        --gittins-quantum 600 4000
+
+``gittins`` ranks by the Gittins index of attained GPU-service against the service of jobs already finished
+(``--gittins-quantum``: the shortest quantum in GPU-s the index considers; ``--gittins-min-group``: the
+completions a GPU count needs before it gets a distribution of its own; ``--gittins-window``: the most recent
+completions kept per group).
 
 Gavel's simulator on the same trace and cluster: FIFO 279,919 s, LAS 161,022 s; the bound is 66,192 s.
 ``--preemption-by-service`` (Tiresias; implies ``--preemption``) runs every ``--max-lost-s`` value against
@@ -18,6 +25,7 @@ import time
 from pathlib import Path
 
 from gpupool.scheduler import SchedulerConfig
+from gpupool.scheduler.gittins import GittinsConfig
 from gpupool.sim.engine import Engine, scheduler_config
 from gpupool.sim.fabrics import uniform_fabric
 from gpupool.sim.metrics import compute_metrics
@@ -47,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-lost-s", nargs="+", type=_lost, default=[None])
     ap.add_argument("--thresholds", action="append", type=_thresholds, default=None)
     ap.add_argument("--know-durations", action="store_true")
+    ap.add_argument("--gittins-quantum", nargs="+", type=float, default=[GittinsConfig().min_quantum_gpu_s])
+    ap.add_argument("--gittins-min-group", type=int, default=GittinsConfig().min_group_samples)
+    ap.add_argument("--gittins-window", type=int, default=GittinsConfig().max_samples)
     args = ap.parse_args(argv)
     trace = load_trace(args.trace, "itp")
     fabric = uniform_fabric(16, 8)
@@ -57,20 +68,39 @@ def main(argv: list[str] | None = None) -> int:
     limits = args.thresholds or [SchedulerConfig().las_thresholds_gpu_s]
     keys = ("jobs", "finished", "avg_jct_s", "lb_avg_jct_s", "avg_jct_over_lb", "preemptions",
             "gpu_hours_lost_to_preemption")  # fmt: skip
-    for policy in args.policies:
-        for thresholds in limits:
-            for lost in args.max_lost_s if by_service else [None]:
-                cfg = dataclasses.replace(
-                    scheduler_config(policy, args.placement, seed=0), las_thresholds_gpu_s=thresholds
-                )
-                opts = SharingOptions(preemption=preemption, by_service=by_service, max_lost_s=lost)
-                t0, c0 = time.perf_counter(), time.process_time()
-                result = Engine(fabric, jobs, cfg, world, sharing=sharing_policy(opts, world)).run()
-                m = compute_metrics(result, inference_slo_wait_s=world.inference_slo_wait_s)
-                row = {"policy": policy, "preemption": preemption, "by_service": by_service, "max_lost_s": lost,
-                       "las_thresholds_gpu_s": list(thresholds), **{k: m[k] for k in keys},
-                       "wall_s": round(time.perf_counter() - t0, 3), "cpu_s": round(time.process_time() - c0, 3)}  # fmt: skip
-                print(json.dumps(row), flush=True)
+    arms = [
+        (policy, thresholds, lost, quantum)
+        for policy in args.policies
+        for thresholds in (limits if policy != "gittins" else limits[:1])
+        for lost in (args.max_lost_s if by_service else [None])
+        for quantum in (args.gittins_quantum if policy == "gittins" else [None])
+    ]
+    for policy, thresholds, lost, quantum in arms:
+        gittins = GittinsConfig(
+            min_quantum_gpu_s=quantum or 0.0,
+            min_group_samples=args.gittins_min_group,
+            max_samples=args.gittins_window,
+        )
+        cfg = dataclasses.replace(
+            scheduler_config(policy, args.placement, seed=0), las_thresholds_gpu_s=thresholds, gittins=gittins
+        )
+        opts = SharingOptions(preemption=preemption, by_service=by_service, max_lost_s=lost)
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = Engine(fabric, jobs, cfg, world, sharing=sharing_policy(opts, world)).run()
+        m = compute_metrics(result, inference_slo_wait_s=world.inference_slo_wait_s)
+        knobs = (
+            {
+                "gittins_quantum_gpu_s": quantum,
+                "gittins_min_group": args.gittins_min_group,
+                "gittins_window": args.gittins_window,
+            }
+            if policy == "gittins"
+            else {"las_thresholds_gpu_s": list(thresholds)}
+        )
+        row = {"policy": policy, "preemption": preemption, "by_service": by_service, "max_lost_s": lost,
+               **knobs, **{k: m[k] for k in keys},
+               "wall_s": round(time.perf_counter() - t0, 3), "cpu_s": round(time.process_time() - c0, 3)}  # fmt: skip
+        print(json.dumps(row), flush=True)
     return 0
 
 

@@ -128,3 +128,18 @@ def test_a_failure_trace_reaches_the_run_and_a_bad_line_exits_2(tmp_path: Path) 
 def test_an_unknown_backfill_mode_is_an_input_error() -> None:
     with pytest.raises(InputError, match="unknown backfill 'sometimes'; known: none, easy, conservative"):
         _sharing(False, "sometimes", None, False)
+
+
+def test_gittins_with_preemption_by_service_and_las_thresholds(tmp_path: Path) -> None:
+    trace = itp(tmp_path)
+    base = ("sim", "run", "--trace", trace, "--format", "itp", "--gpus", "16", "--gpus-per-host", "8",
+            "--placement", "topology", "--preemption", "--preemption-by-service", "--max-lost-s", "60")  # fmt: skip
+    r = gpupool(*base, "--policy", "gittins", "--out", "g", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "g" / "metrics.json").read_text())["finished"] == 30
+    r = gpupool(*base, "--policy", "las", "--las-thresholds", "500,5000", "--out", "l", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "l" / "metrics.json").read_text())["finished"] == 30
+    for bad in ("5000,500", "x", "-1"):
+        r = gpupool(*base, "--policy", "las", "--las-thresholds", bad, "--out", "b", cwd=tmp_path)
+        assert r.returncode == 2 and "--las-thresholds" in r.stderr and "Traceback" not in r.stderr, r.stderr

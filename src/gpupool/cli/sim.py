@@ -48,12 +48,20 @@ ByServiceOpt = Annotated[
     bool,
     typer.Option(
         "--preemption-by-service",
-        help="Tiresias: a job in a lower LAS queue preempts running jobs in a higher one (implies --preemption).",
+        help="Tiresias: a job ranked before a running one (LAS queue; Gittins index with --policy gittins) "
+        "preempts it (implies --preemption).",
     ),
 ]
 MaxLostOpt = Annotated[
     float | None,
     typer.Option("--max-lost-s", help="With --preemption-by-service: spare jobs with more work since a checkpoint."),
+]
+ThresholdsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--las-thresholds",
+        help="LAS queue limits in GPU-seconds, comma-separated (e.g. 14000); the scheduler's default if unset.",
+    ),
 ]
 DeadlineOpt = Annotated[
     bool, typer.Option("--deadline-admission", help="Refuse deadline jobs that cannot finish in time.")
@@ -90,6 +98,20 @@ def _sharing(
     )
 
 
+def _thresholds(text: str | None) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        got = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InputError(
+            f"--las-thresholds wants numbers separated by commas, got {text!r}", source="--las-thresholds"
+        ) from None
+    if any(not 0 < t < float("inf") for t in got) or list(got) != sorted(set(got)):
+        raise InputError("--las-thresholds must be positive and increasing", source="--las-thresholds")
+    return got
+
+
 def _check_names(policies: list[str], placements: list[str]) -> None:
     for p in policies:
         if p not in POLICIES:
@@ -118,6 +140,7 @@ def _simulate(
     seed: int,
     know: bool,
     failures: tuple[FailureEvent, ...] = (),
+    thresholds: tuple[float, ...] | None = None,
 ) -> RunOutcome:
     n = len(trace_obj.jobs)
     if n < LONG_RUN_JOBS:
@@ -130,6 +153,7 @@ def _simulate(
             seed=seed,
             know_durations=know,
             failures=failures,
+            las_thresholds_gpu_s=thresholds,
         )
     columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=_err, transient=True) as bar:
@@ -143,6 +167,7 @@ def _simulate(
             seed=seed,
             know_durations=know,
             failures=failures,
+            las_thresholds_gpu_s=thresholds,
             progress=lambda done, total: bar.update(task, completed=done, total=total),
         )
 
@@ -168,17 +193,20 @@ def run_cmd(
     failures: FailuresOpt = None,
     preemption_by_service: ByServiceOpt = False,
     max_lost_s: MaxLostOpt = None,
+    las_thresholds: ThresholdsOpt = None,
 ) -> None:
     """Replay a trace: arrivals, runs, departures; writes metrics.json, jobs.csv, report.md and plots."""
     _check_names([policy], [placement])
     sharing = _sharing(preemption, backfill, calendar, deadline_admission, preemption_by_service, max_lost_s)
     t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
     fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
-    outcome = _simulate(t, fab, policy, placement, sharing, seed, know_durations, _failures(failures, fab))
+    limits = _thresholds(las_thresholds)
+    outcome = _simulate(t, fab, policy, placement, sharing, seed, know_durations, _failures(failures, fab), limits)
     settings = {"trace": str(trace), "format": format, "fabric": fab.name, "gpus": fab.gpu_count, "policy": policy,
                 "placement": placement, "preemption": preemption, "backfill": backfill, "calendar": str(calendar or ""),
                 "deadline_admission": deadline_admission, "seed": seed, "know_durations": know_durations,
-                "preemption_by_service": preemption_by_service, "max_lost_s": max_lost_s}  # fmt: skip
+                "preemption_by_service": preemption_by_service, "max_lost_s": max_lost_s,
+                "las_thresholds_gpu_s": list(limits) if limits is not None else None}  # fmt: skip
     write_outcome(outcome, out, settings)
     if t.bad_rows:
         _err.print(
@@ -212,6 +240,7 @@ def compare_cmd(
     failures: FailuresOpt = None,
     preemption_by_service: ByServiceOpt = False,
     max_lost_s: MaxLostOpt = None,
+    las_thresholds: ThresholdsOpt = None,
 ) -> None:
     """Run every policy x placement on one trace and cluster; one sub-folder per pair and compare.json."""
     pols = [p.strip() for p in policies.split(",") if p.strip()]
@@ -223,10 +252,11 @@ def compare_cmd(
     t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
     fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
     fails = _failures(failures, fab)
+    limits = _thresholds(las_thresholds)
     outcomes = []
     for p in pols:
         for q in places:
-            o = _simulate(t, fab, p, q, sharing, seed, know_durations, fails)
+            o = _simulate(t, fab, p, q, sharing, seed, know_durations, fails, limits)
             settings = {
                 "trace": str(trace),
                 "format": format,

@@ -15,6 +15,7 @@ from typing import Protocol
 from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.errors import UnknownNameError
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec, PriorityClass
+from gpupool.scheduler.gittins import ServiceHistory
 from gpupool.scheduler.types import SchedulerConfig, SharingPolicy
 
 SortKey = tuple[float | int | str, ...]
@@ -113,6 +114,55 @@ class LeastAttainedService(_ByKey):
     def key(self, job: JobSpec, now_s: float, snapshot: ClusterSnapshot, config: SchedulerConfig) -> SortKey:
         queue = las_queue(snapshot.attained_gpu_s.get(job.job_id, 0.0), config.las_thresholds_gpu_s)
         return (queue, job.submit_time_s, -int(job.priority), job.job_id)
+
+
+def service_history(config: SchedulerConfig, sharing: SharingPolicy | None) -> ServiceHistory:
+    """The request's finished-job service distribution, or the prior alone when it carries none."""
+    got = sharing.service_history if sharing is not None else None
+    return got if got is not None else ServiceHistory.empty(config.gittins)
+
+
+@dataclass(frozen=True, slots=True)
+class GittinsIndex:
+    """Highest Gittins index of attained GPU-service first (``scheduler.gittins``), against the distribution
+    of finished jobs of the same GPU count (``SharingPolicy.service_history``); FIFO among equal indices.
+    Needs no runtime estimates: only attained service and completions of other jobs."""
+
+    name: str = "gittins"
+
+    def prepare(
+        self,
+        pending: Sequence[JobSpec],
+        now_s: float,
+        snapshot: ClusterSnapshot,
+        config: SchedulerConfig,
+        sharing: SharingPolicy | None,
+    ) -> KeyFn:
+        hist = service_history(config, sharing)
+        attained = snapshot.attained_gpu_s
+        return lambda j: (
+            -hist.index(j.total_gpus, attained.get(j.job_id, 0.0)),
+            j.submit_time_s,
+            -int(j.priority),
+            j.job_id,
+        )
+
+
+def service_rank(
+    job: JobSpec,
+    attained_gpu_s: float,
+    config: SchedulerConfig,
+    sharing: SharingPolicy | None,
+    *,
+    running: bool = False,
+) -> float:
+    """Preemption by service: a job whose rank is lower than a running job's may take its GPUs. The negated
+    Gittins index under ``gittins`` (a running job's raised by ``GittinsConfig.running_bonus``); the LAS
+    queue under every other policy."""
+    if config.policy == "gittins":
+        bonus = 1.0 + config.gittins.running_bonus if running else 1.0
+        return -service_history(config, sharing).index(job.total_gpus, attained_gpu_s) * bonus
+    return float(las_queue(attained_gpu_s, config.las_thresholds_gpu_s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +271,7 @@ POLICIES: Mapping[str, QueuePolicy] = MappingProxyType(
             Priority(),
             ShortestJobFirst(),
             LeastAttainedService(),
+            GittinsIndex(),
             EarliestDeadlineFirst(),
             Slack(),
             FairShare(),

@@ -29,18 +29,18 @@ class Candidate:
     running: RunningJob
     reason: ReasonCode
     hosts: tuple[int, ...]
-    # (priority, work lost in GPU-seconds, id); for ATTAINED_SERVICE (-LAS queue, ...): the job that had the
-    # most service goes first, as Tiresias demotes it first.
-    cost: tuple[int, float, str]
+    # (priority, work lost in GPU-seconds, id); for ATTAINED_SERVICE (-service rank, ...): the job ranked
+    # last (the highest LAS queue, the lowest Gittins index) goes first, as Tiresias demotes it first.
+    cost: tuple[float, float, str]
 
 
 def candidate(
-    running: RunningJob, reason: ReasonCode, cap: Capacity, now_s: float, rank: int | None = None
+    running: RunningJob, reason: ReasonCode, cap: Capacity, now_s: float, rank: float | None = None
 ) -> Candidate:
     """``rank``: the first cost term; None: the victim's priority."""
     hosts = tuple(dict.fromkeys(cap.index.host_index(t.host) for t in running.allocation.tasks))
     lost = running.work_lost_s(now_s) * running.gpu_milli / MILLI_PER_GPU
-    first = int(running.spec.priority) if rank is None else rank
+    first = float(running.spec.priority) if rank is None else rank
     return Candidate(running, reason, hosts, (first, lost, running.spec.job_id))
 
 
@@ -97,7 +97,7 @@ def _search(
     return chosen
 
 
-def _score(victims: list[Candidate]) -> tuple[int, int, float]:
+def _score(victims: list[Candidate]) -> tuple[int, float, float]:
     return (len(victims), max(v.cost[0] for v in victims), sum(v.cost[1] for v in victims))
 
 

@@ -39,7 +39,7 @@ from gpupool.scheduler.diagnose import diagnose
 from gpupool.scheduler.fragmentation import cycle_mix
 from gpupool.scheduler.placement import Need, TaskPick, make_need
 from gpupool.scheduler.placers import CycleContext, Placer, get_placer
-from gpupool.scheduler.policies import get_policy, las_queue, order
+from gpupool.scheduler.policies import get_policy, order, service_rank
 from gpupool.scheduler.pools import PoolMap, pool_busy, pool_map
 from gpupool.scheduler.preemption import Candidate, candidate, find_victims
 from gpupool.scheduler.quotas import QuotaBook, job_keys
@@ -169,7 +169,7 @@ class _Cycle:
         self._lent: dict[tuple[Shape, str], BoolArray | None] = {}
         self._run_hosts: dict[str, tuple[int, ...]] = {}
         self._shape_ids: dict[Shape, int] = {}
-        self._run_queue: dict[str, int] = {}
+        self._run_queue: dict[str, float] = {}
 
     # ------------------------------------------------------------ helpers
 
@@ -258,7 +258,7 @@ class _Cycle:
         own = pools.code(job.pool) if pools is not None else -1
         reclaim_quota = book is not None and book.within_nominal(job, milli)
         key = job_keys(job)[0]
-        mine = self.pending_queue(job) if pre.by_service else 0
+        mine = self.pending_rank(job) if pre.by_service else 0.0
         out = []
         for job_id, r in self.request.snapshot.running.items():
             if job_id in self.victims:
@@ -291,30 +291,31 @@ class _Cycle:
             ):
                 reason = ReasonCode.PRIORITY
             if reason is None and pre.by_service and r.spec.preemptible:
-                queue = self.running_queue(r)
+                rank = self.running_rank(r)
                 if (
-                    queue > mine
+                    rank > mine
                     and r.runtime_s(now) >= pre.min_runtime_s
                     and (pre.max_lost_s is None or r.work_lost_s(now) <= pre.max_lost_s)
                 ):
-                    out.append(candidate(r, ReasonCode.ATTAINED_SERVICE, cap, now, -queue))
+                    out.append(candidate(r, ReasonCode.ATTAINED_SERVICE, cap, now, -rank))
                 continue
             if reason is not None:
                 out.append(candidate(r, reason, cap, now))
         return out
 
-    def pending_queue(self, job: JobSpec) -> int:
-        """The job's LAS queue from the service it had before (0 for a job that never ran)."""
-        snap = self.request.snapshot
-        return las_queue(snap.attained_gpu_s.get(job.job_id, 0.0), self.request.config.las_thresholds_gpu_s)
+    def pending_rank(self, job: JobSpec) -> float:
+        """The job's service rank (``policies.service_rank``; the LAS queue unless the policy is ``gittins``)
+        from the service it had before."""
+        snap, req = self.request.snapshot, self.request
+        return service_rank(job, snap.attained_gpu_s.get(job.job_id, 0.0), req.config, self.sh)
 
-    def running_queue(self, r: RunningJob) -> int:
-        """A running job's LAS queue, counting the service of its current run."""
+    def running_rank(self, r: RunningJob) -> float:
+        """A running job's service rank, counting the service of its current run."""
         got = self._run_queue.get(r.spec.job_id)
         if got is None:
             snap, jid = self.request.snapshot, r.spec.job_id
             service = snap.attained_gpu_s.get(jid, 0.0) + r.runtime_s(self.now) * r.gpu_milli / MILLI_PER_GPU
-            got = self._run_queue[jid] = las_queue(service, self.request.config.las_thresholds_gpu_s)
+            got = self._run_queue[jid] = service_rank(r.spec, service, self.request.config, self.sh, running=True)
         return got
 
     # ------------------------------------------------------------ one job
@@ -344,7 +345,7 @@ class _Cycle:
         # Everything else a refusal of this job depends on, besides the cycle's state: while nothing changes,
         # a job like an earlier refused one is refused alike. Tenant and priority only matter to preemption.
         who = (
-            (job.tenant, int(job.priority), self.pending_queue(job) if pre.by_service else 0)
+            (job.tenant, int(job.priority), self.pending_rank(job) if pre.by_service else 0.0)
             if pre.enabled and self.preemptors < pre.max_preemptors_per_cycle
             else None
         )
@@ -441,7 +442,7 @@ class _Cycle:
         if not pre.enabled or self.preemptors >= pre.max_preemptors_per_cycle:
             return False
         # Everything the candidates and the victim search depend on, besides the cycle's state.
-        queue = self.pending_queue(job) if pre.by_service else 0
+        queue = self.pending_rank(job) if pre.by_service else 0.0
         key = ("no victims", sk, job.pool, job.tenant, int(job.priority), queue, milli)
         if self.refusals.holds(key):
             return False

@@ -11,6 +11,7 @@ from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.calendar import Calendar
 from gpupool.domain.jobs import Allocation, JobSpec
 from gpupool.domain.sharing import PoolDemand, Quota
+from gpupool.scheduler.gittins import GittinsConfig, ServiceHistory
 
 
 class ReasonCode(StrEnum):
@@ -71,6 +72,7 @@ class SchedulerConfig:
     seed: int = 0  # the only source of randomness a policy or placer may use
     telemetry: TelemetryWeights = TelemetryWeights()
     las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0, 360000.0)  # Tiresias-style queue limits
+    gittins: GittinsConfig = field(default_factory=GittinsConfig)  # the ``gittins`` policy's prior and window
     max_domains_tried: int = 8  # per level, before moving up a level (bounds work on fragmented fabrics)
 
 
@@ -86,10 +88,11 @@ class PreemptionConfig:
     first and preempt ``grace_s`` after the reclaim began; priority and service preemption are immediate.
     Pool reclaims never preempt a job that is not ``preemptible`` (an inference service's SLO).
 
-    ``by_service`` (Tiresias): a ``preemptible`` running job whose LAS queue (``las_thresholds_gpu_s``,
-    counting its current run) is above a pending job's may be preempted for it once it ran
-    ``min_runtime_s``, and (``max_lost_s`` set) only while its work since the last checkpoint is at most
-    that many seconds: preempting a job that would lose hours of work costs more than it gives.
+    ``by_service`` (Tiresias): a ``preemptible`` running job whose service rank (counting its current run)
+    is worse than a pending job's may be preempted for it once it ran ``min_runtime_s``, and (``max_lost_s``
+    set) only while its work since the last checkpoint is at most that many seconds: preempting a job that
+    would lose hours of work costs more than it gives. The rank is the policy's (``policies.service_rank``):
+    the Gittins index of attained service for ``gittins``, else the LAS queue (``las_thresholds_gpu_s``).
     """
 
     enabled: bool = True
@@ -126,6 +129,8 @@ class SharingPolicy:
     deadline_at_risk: float = 0.1  # at risk when the predicted slack is under this fraction of the runtime
     refuse_infeasible_deadlines: bool = True
     slack_boost_at: tuple[float, ...] = (2.0, 0.5)  # slack / runtime ratios at which priority rises by one
+    # Per-cycle input for ``gittins``: finished jobs' GPU-service (None: the policy's prior alone).
+    service_history: ServiceHistory | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,7 @@ from gpupool.domain.states import NodeState
 from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.model import Domain, Tier
 from gpupool.scheduler import SchedulerConfig, ScheduleRequest, SharingPolicy, SignalKind, schedule
+from gpupool.scheduler.gittins import HistoryBuilder
 from gpupool.sim.failures import FailureEvent, FailureKind
 from gpupool.sim.runtime import TierBandwidth
 from gpupool.sim.world import JobRecord, SimJob, Tracker, WorldConfig
@@ -109,6 +110,9 @@ class Engine:
         self.demand_headroom = demand_headroom_gpus if sharing is not None else None
         self.service_gpus: dict[str, tuple[int, float]] = {}  # pool -> (GPUs, since when the target is that high)
         self.world = world or WorldConfig()
+        # ``gittins`` learns the distribution of service from completions (``SharingPolicy.service_history``).
+        self.history = HistoryBuilder(config.gittins) if config.policy == "gittins" else None
+        self.by_service = sharing is not None and sharing.preemption.enabled and sharing.preemption.by_service
         ckpt = self.world.checkpoint_interval_s
         self.checkpoint_every = ckpt if sharing is not None and sharing.preemption.enabled and ckpt > 0 else 0.0
         self.rng = np.random.default_rng(seed)
@@ -212,7 +216,10 @@ class Engine:
                 return False
             self.state.apply(JobCheckpointed(key, t))
             self.push(t + self.checkpoint_every, _CHECKPOINT, key, epoch)
-            return False
+            # Preemption by service: the job just lost its unsaved work's weight as a victim, so a waiting
+            # job may now take its GPUs cheaply (with ``max_lost_s``, only now). The server's loop sees the
+            # same JobCheckpointed report.
+            return bool(self.pending) and self.by_service
         if kind == _WAKE:
             if key:
                 self.wakes_due -= 1
@@ -225,6 +232,10 @@ class Engine:
                 return False
             self.state.apply(JobFinished(key, t))
             tr.end = t
+            if tr.run_start is not None:
+                tr.served_s += t - tr.run_start
+            if self.history is not None:
+                self.history.finished(tr.job.spec.total_gpus, tr.served_s * tr.job.gpus)
             if self.demand_headroom is not None and tr.job.kind == "inference":
                 self._demand(tr.job.spec.pool, -tr.job.spec.total_gpus, t)
             tr.remaining_s = 0.0
@@ -278,6 +289,8 @@ class Engine:
                 for pool, (gpus, since) in self.service_gpus.items()
             )
             sharing = replace(sharing, pool_demand=demand)
+        if sharing is not None and self.history is not None:
+            sharing = replace(sharing, service_history=self.history.history())
         result = schedule(ScheduleRequest(self.state.snapshot(), pending, t, self.config, sharing))
         for s in result.signals:
             if s.kind is SignalKind.CHECKPOINT and self.state.job_state(s.job_id) is not None:
@@ -344,6 +357,7 @@ class Engine:
         tr = self.track[key]
         if tr.run_start is not None:
             elapsed = t - tr.run_start
+            tr.served_s += elapsed
             ckpt = self.world.checkpoint_interval_s
             saved = elapsed if ckpt <= 0 else math.floor(elapsed / ckpt) * ckpt
             if tr.saved_at is not None:

@@ -94,15 +94,19 @@ def simulate(
     sharing: SharingOptions | None = None,
     leaf_mode: TopologyMode | None = None,
     failures: Sequence[FailureEvent] = (),
+    las_thresholds_gpu_s: tuple[float, ...] | None = None,
 ) -> RunOutcome:
     """One run. ``preemption`` is short for ``sharing=SharingOptions(preemption=True)``; with preemption
-    every job but inference services is preemptible."""
+    every job but inference services is preemptible. ``las_thresholds_gpu_s``: the LAS queue limits (the
+    scheduler's default when None)."""
     world = world or WorldConfig()
     opts = sharing if sharing is not None else SharingOptions(preemption=preemption)
     jobs, skipped = sim_jobs(
         trace, fabric, know_durations=know_durations, preemptible=opts.preemption, leaf_mode=leaf_mode
     )
     cfg = scheduler_config(policy, placement, seed=seed)
+    if las_thresholds_gpu_s is not None:
+        cfg = replace(cfg, las_thresholds_gpu_s=las_thresholds_gpu_s)
     policy_obj = sharing_policy(opts, world)
     result = Engine(
         fabric,

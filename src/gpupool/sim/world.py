@@ -103,6 +103,7 @@ class Tracker:
         "remaining_s",
         "run_start",
         "saved_at",
+        "served_s",
         "signalled_for",
     )
 
@@ -120,6 +121,7 @@ class Tracker:
         self.leaves = 0
         self.preemptions = 0
         self.lost_gpu_s = 0.0
+        self.served_s = 0.0  # seconds run over all runs, lost work included (how the state counts service)
 
     def record(self) -> JobRecord:
         j = self.job

@@ -32,7 +32,7 @@ def pod2():  # type: ignore[no-untyped-def]
 
 def test_registry_lists_every_placer_and_policy() -> None:
     assert set(PLACERS) == {"first-fit", "best-fit", "spread", "topology", "frag"}
-    assert set(POLICIES) == {"fifo", "priority", "sjf", "las", "edf", "slack", "fair"}
+    assert set(POLICIES) == {"fifo", "priority", "sjf", "las", "gittins", "edf", "slack", "fair"}
     with pytest.raises(UnknownNameError, match="unknown placer 'nope'"):
         get_placer("nope")
     with pytest.raises(UnknownNameError, match="unknown queue policy"):

@@ -35,3 +35,23 @@ def test_a_short_job_preempts_a_long_one_in_a_higher_las_queue() -> None:
     with_service = _records(SharingOptions(preemption=True, by_service=True))
     assert with_service["short"] < 6000.0
     assert with_service["long"] > 20000.0  # it restarted from its checkpoint and paid the restart
+
+
+def test_gittins_preempts_at_the_victims_checkpoint_and_learns_from_completions() -> None:
+    jobs = [
+        SimJob(JobSpec("long", 0.0, gpus_per_task=8, preemptible=True), 20000.0),
+        SimJob(JobSpec("short", 5500.0, gpus_per_task=8, preemptible=True), 100.0),
+    ]
+    opts = SharingOptions(preemption=True, by_service=True, max_lost_s=0.0)
+    engine = Engine(uniform_fabric(8, 8), jobs, scheduler_config("gittins", "topology", seed=0), WORLD,
+                    sharing=sharing_policy(opts, WORLD))  # fmt: skip
+    res = engine.run()
+    rec = {r.job_id: r for r in res.records}
+    # The prior alone (nothing finished yet) ranks like LAS; the long job yields at its checkpoint at t=6000,
+    # losing no work: only the restart overhead is charged.
+    assert rec["short"].start_s == 6000.0 and rec["short"].end_s == 6100.0
+    assert rec["long"].preemptions == 1 and rec["long"].lost_gpu_s == 60.0 * 8
+    assert rec["long"].end_s == 20000.0 + 100.0 + 60.0
+    assert engine.history is not None
+    hist = engine.history.history()
+    assert hist.counts[8] == 2  # both completions, with their service in GPU-seconds

@@ -1,0 +1,109 @@
+"""The Gittins index of attained service (``scheduler.gittins``) and the ``gittins`` policy: the index
+against hand-computed values, the learned distribution per GPU count, the prior, and preemption by index."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from sched_builders import make_fabric, make_job
+
+from gpupool.cluster import ClusterState
+from gpupool.domain.events import JobPlaced, JobStarted, JobSubmitted
+from gpupool.domain.jobs import JobSpec
+from gpupool.scheduler import PreemptionConfig, ReasonCode, SchedulerConfig, ScheduleRequest, SharingPolicy, schedule
+from gpupool.scheduler.gittins import ALL, GittinsConfig, HistoryBuilder, ServiceHistory
+from gpupool.scheduler.policies import get_policy, order, service_rank
+from gpupool.scheduler.shared import schedule_shared
+
+NO_PRIOR = GittinsConfig(prior_weight=0.0, by_gpu_count=True, min_group_samples=2, min_quantum_gpu_s=0.0)
+
+
+def test_the_index_matches_the_definition_on_a_two_point_distribution() -> None:
+    # Half the jobs need 100 GPU-s, half 1,000. From 0: stop at 100 -> 0.5 / 100; at 1,000 -> 1 / 550.
+    h = ServiceHistory({1: [100.0, 1000.0]}, NO_PRIOR)
+    assert h.index(1, 0.0) == pytest.approx(0.5 / 100.0)
+    # Past 100 s only the 1,000 s job is left: 1 / (1,000 - a). The index rises as it nears its end.
+    assert h.index(1, 100.0) == pytest.approx(1 / 900.0)
+    assert h.index(1, 500.0) == pytest.approx(1 / 500.0)
+    assert h.index(1, 500.0) > h.index(1, 100.0)  # increasing hazard: a started job goes on (FIFO-like)
+    # Past every sample the tail is assumed as long again.
+    assert h.index(1, 2000.0) == pytest.approx(1 / 4000.0)
+
+
+def test_a_heavy_tail_gives_least_attained_service_first() -> None:
+    pareto = [100.0 / (1 - (k + 0.5) / 400) for k in range(400)]  # alpha = 1: a decreasing hazard
+    h = ServiceHistory({1: pareto}, GittinsConfig(prior_weight=0.0, min_quantum_gpu_s=600.0))
+    values = [h.index(1, a) for a in (200.0, 1000.0, 5000.0, 30000.0)]
+    assert values == sorted(values, reverse=True)
+
+
+def test_a_minimum_quantum_smooths_the_spike_of_a_sample_just_ahead() -> None:
+    raw = ServiceHistory({1: [1000.0, 5000.0, 9000.0]}, NO_PRIOR)
+    smooth = ServiceHistory({1: [1000.0, 5000.0, 9000.0]}, GittinsConfig(prior_weight=0.0, min_quantum_gpu_s=600.0))
+    assert raw.index(1, 999.0) == pytest.approx(1 / 3.0)  # 1 GPU-s from a likely end
+    # With quanta of at least 600: finishing within 600 costs 1 + 2 x 600 GPU-s for 1 of 3 jobs, or all.
+    assert smooth.index(1, 999.0) == pytest.approx(max(1 / 1201.0, 3 / (1 + 4001 + 2 * 4001)))
+
+
+def test_groups_by_gpu_count_need_enough_samples_and_the_prior_fills_in() -> None:
+    cfg = GittinsConfig(prior_weight=0.0, by_gpu_count=True, min_group_samples=3, min_quantum_gpu_s=0.0)
+    h = ServiceHistory({1: [100.0, 100.0, 100.0], 8: [8000.0, 8000.0]}, cfg)
+    assert ServiceHistory({1: [100.0] * 5}, GittinsConfig()).group(1) == ALL  # one shared distribution by default
+    assert h.group(1) == 1 and h.group(8) == ALL and h.group(4) == ALL
+    assert h.counts[ALL] == 5
+    assert h.index(1, 0.0) == pytest.approx(1 / 100.0)
+    assert h.index(8, 0.0) == pytest.approx(h.index(4, 0.0))  # both pooled
+    prior_only = ServiceHistory.empty()  # log-uniform: least attained service first
+    values = [prior_only.index(1, a) for a in (0.0, 1e3, 1e4, 1e5, 1e6, 1e7)]
+    assert all(math.isfinite(v) and v > 0 for v in values) and values == sorted(values, reverse=True)
+
+
+def test_the_builder_keeps_its_history_until_a_job_finishes() -> None:
+    b = HistoryBuilder(NO_PRIOR)
+    first = b.history()
+    assert b.history() is first
+    b.finished(2, 50.0)
+    b.finished(2, float("nan"))  # ignored
+    second = b.history()
+    assert second is not first and second.counts[2] == 1 and second.counts[ALL] == 1
+
+
+def test_the_policy_orders_by_index_then_submission() -> None:
+    state = ClusterState(make_fabric(1, 1))
+    hist = ServiceHistory({1: [100.0, 100.0, 5000.0, 5000.0], 4: [40000.0, 40000.0]}, NO_PRIOR)
+    jobs = [make_job("big", gpus=4, t=0.0), make_job("b", gpus=1, t=2.0), make_job("a", gpus=1, t=1.0)]
+    cfg = SchedulerConfig(policy="gittins")
+    got = order(get_policy("gittins"), jobs, 10.0, state.snapshot(), cfg, SharingPolicy(service_history=hist))
+    assert [j.job_id for j in got] == ["a", "b", "big"]
+    assert service_rank(jobs[1], 0.0, cfg, SharingPolicy(service_history=hist)) == -hist.index(1, 0.0)
+    las = SchedulerConfig(policy="las", las_thresholds_gpu_s=(100.0,))
+    assert service_rank(jobs[1], 150.0, las, None) == 1.0
+
+
+def _start(state: ClusterState, job: JobSpec, at: float, sh: SharingPolicy, cfg: SchedulerConfig) -> None:
+    r = schedule(ScheduleRequest(state.snapshot(), (job,), at, cfg, sh))
+    (a,) = r.placements
+    state.apply(JobSubmitted(job, at))
+    state.apply(JobPlaced(a, at))
+    state.apply(JobStarted(a.job_id, at))
+
+
+def test_a_job_with_a_higher_index_preempts_one_past_the_common_size() -> None:
+    # Most jobs need 800 GPU-s (8 GPUs x 100 s), a few 80,000. A job that ran 8 x 200 s is a long one now:
+    # a new job's index is higher, so it takes the GPUs; a job at 8 x 50 s is near its likely end and stays.
+    hist = ServiceHistory({8: [800.0] * 9 + [80000.0]}, NO_PRIOR)
+    cfg = SchedulerConfig(policy="gittins")
+    pre = PreemptionConfig(by_priority=False, by_service=True, min_runtime_s=0.0)
+    sh = SharingPolicy(preemption=pre, service_history=hist)
+    state = ClusterState(make_fabric(1, 1))  # 8 GPUs
+    _start(state, make_job("old", gpus=8, preemptible=True), 0.0, sh, cfg)
+    new = make_job("new", gpus=8, t=40.0)
+    early = ScheduleRequest(state.snapshot(), (new,), 50.0, cfg, sh)
+    assert not schedule(early).preemptions
+    late = ScheduleRequest(state.snapshot(), (new,), 200.0, cfg, sh)
+    r = schedule(late)
+    assert [(p.job_id, p.reason) for p in r.preemptions] == [("old", ReasonCode.ATTAINED_SERVICE)]
+    assert r == schedule_shared(late, remember_refusals=False)
+    bonus = SchedulerConfig(policy="gittins", gittins=GittinsConfig(running_bonus=100.0))
+    assert not schedule(ScheduleRequest(state.snapshot(), (new,), 200.0, bonus, sh)).preemptions
