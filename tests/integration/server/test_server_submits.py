@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from server_api_helpers import Api
 
-from gpupool.domain.errors import InputError, UnknownNameError
+from gpupool.domain.errors import ConflictError, InputError, UnknownNameError
 from gpupool.domain.jobs import JobSpec
 from gpupool.server.loop import coalescing_gap
 from gpupool.server.submits import SubmitWriter
@@ -97,3 +97,18 @@ def test_cycles_woken_without_pause_take_at_most_their_share_of_a_core() -> None
     assert coalescing_gap(0.2, 0.05, 0.25) == pytest.approx(0.6)  # 0.2 s busy of every 0.8 s
     assert coalescing_gap(0.2, 0.05, 1.0) == 0.05
     assert coalescing_gap(0.2, 0.0, 0.0) == pytest.approx(19.8)  # clamped to 1%
+
+
+def test_a_batch_the_database_refuses_is_answered_one_submission_at_a_time(api: Api) -> None:
+    api.tenant("alice")
+    (first,) = api.srv.ops.submit_many([sub("j1")])
+    assert not isinstance(first, Exception)
+    # j1's id is taken: the batch's insert fails as a whole, and each submission is then tried on its own.
+    taken, fresh, keyed = api.srv.ops.submit_many([sub("j1"), sub("j2"), sub("j3", key="k")])
+    assert isinstance(taken, ConflictError)
+    assert not isinstance(fresh, Exception) and fresh[1] is True
+    assert not isinstance(keyed, Exception) and keyed[1] is True and keyed[0].idempotency_key == "k"
+    stored = {j["id"] for j in api.client.get("/v1/jobs", headers=api.admin()).json()["jobs"]}
+    assert stored == {"j1", "j2", "j3"}
+    events = api.client.get("/v1/jobs/j1/events", headers=api.admin()).json()["events"]
+    assert [e["action"] for e in events] == ["job.submitted"]  # the refused copy left no audit event
