@@ -10,10 +10,11 @@ migration 0002.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -178,12 +179,9 @@ class ServerOps:
         self, batch: Sequence[Submission], todo: list[int], out: list[tuple[JobRecord, bool] | GpupoolError | None]
     ) -> None:
         st = self.store
-        with st._core_tx(write=True) as conn:
-            cur = conn.connection.cursor()  # this transaction's DB-API connection (see __init__)
-            try:
-                self._submit_rows(conn, cur, batch, todo, out)
-            finally:
-                cur.close()
+        # The cursor is this transaction's DB-API connection's (see __init__).
+        with st._core_tx(write=True) as conn, closing(conn.connection.cursor()) as cur:
+            self._submit_rows(conn, cur, batch, todo, out)
 
     def _submit_rows(
         self,
@@ -284,16 +282,19 @@ class ServerOps:
     def live_jobs(self) -> list[LiveJob]:
         """Every pending, placed or running job's id, state and version: the loop's per-cycle sync.
 
-        Plain rows through the connection, not ORM entities: with thousands queued this runs every cycle.
+        Read on the DB-API cursor (like the group commit): with thousands queued this runs every cycle, and
+        SQLAlchemy's result rows cost several times the driver's own fetch.
         """
-        q = (
-            select(JobRow.id, JobRow.state, JobRow.version)
-            .where(JobRow.state.in_([JobState.PENDING.value, JobState.PLACED.value, JobState.RUNNING.value]))
-            .order_by(JobRow.submit_time_s, JobRow.id)
+        live = (JobState.PENDING.value, JobState.PLACED.value, JobState.RUNNING.value)
+        sql = (
+            f"SELECT id, state, version FROM {JobRow.__tablename__} WHERE state IN {self._in(len(live))}"
+            " ORDER BY submit_time_s, id"
         )
         states = {st.value: st for st in JobState}
-        with self.store._tx(write=False) as s:
-            return [LiveJob(i, states[st], v) for i, st, v in s.connection().execute(q)]
+        with self.store._core_tx(write=False) as conn, closing(conn.connection.cursor()) as cur:
+            cur.execute(sql, live)
+            rows = cur.fetchall()
+        return [LiveJob(i, states[st], v) for i, st, v in rows]
 
     def specs(self, job_ids: Sequence[str]) -> list[JobRecord]:
         out: list[JobRecord] = []
@@ -307,14 +308,13 @@ class ServerOps:
         """Why each pending job waits, all in one transaction (advisory: neither versioned nor audited)."""
         if not reasons:
             return
-        params = [{"jid": j, "code": c, "text": t} for j, (c, t) in reasons.items()]
-        stmt = (
-            update(JobRow.__table__)  # type: ignore[arg-type]
-            .where(JobRow.__table__.c.id == bindparam("jid"), JobRow.__table__.c.state == JobState.PENDING.value)
-            .values(reason_code=bindparam("code"), reason=bindparam("text"))
-        )
-        with self.store._tx(write=True) as s:
-            s.connection().execute(stmt, params)
+        m = self._mark
+        sql = f"UPDATE {JobRow.__tablename__} SET reason_code = {m}, reason = {m} WHERE id = {m} AND state = {m}"
+        pending = JobState.PENDING.value
+        params = [(code, text, job_id, pending) for job_id, (code, text) in reasons.items()]
+        # On the DB-API cursor, as the group commit.
+        with self.store._core_tx(write=True) as conn, closing(conn.connection.cursor()) as cur:
+            cur.executemany(sql, params)
 
     def assignments(self, host: str | None = None) -> list[Assignment]:
         """The ranks agents should run: every allocation of a placed or running job (on ``host`` if given)."""
