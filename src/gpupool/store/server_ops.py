@@ -9,6 +9,7 @@ migration 0002.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -308,13 +309,23 @@ class ServerOps:
         """Why each pending job waits, all in one transaction (advisory: neither versioned nor audited)."""
         if not reasons:
             return
+        # One statement per distinct reason and up to 500 jobs: thousands queued behind full nodes share a few
+        # reasons, and a statement each (parsed and planned by PostgreSQL) cost more than the rows it changed.
+        by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for job_id, reason in reasons.items():
+            by_reason[reason].append(job_id)
         m = self._mark
-        sql = f"UPDATE {JobRow.__tablename__} SET reason_code = {m}, reason = {m} WHERE id = {m} AND state = {m}"
         pending = JobState.PENDING.value
-        params = [(code, text, job_id, pending) for job_id, (code, text) in reasons.items()]
         # On the DB-API cursor, as the group commit.
         with self.store._core_tx(write=True) as conn, closing(conn.connection.cursor()) as cur:
-            cur.executemany(sql, params)
+            for (code, text), job_ids in by_reason.items():
+                for start in range(0, len(job_ids), 500):
+                    chunk = job_ids[start : start + 500]
+                    cur.execute(
+                        f"UPDATE {JobRow.__tablename__} SET reason_code = {m}, reason = {m}"
+                        f" WHERE state = {m} AND id IN {self._in(len(chunk))}",
+                        [code, text, pending, *chunk],
+                    )
 
     def assignments(self, host: str | None = None) -> list[Assignment]:
         """The ranks agents should run: every allocation of a placed or running job (on ``host`` if given)."""

@@ -9,6 +9,7 @@ from server_api_helpers import Api
 
 from gpupool.domain.errors import ConflictError, InputError, UnknownNameError
 from gpupool.domain.jobs import JobSpec
+from gpupool.domain.states import JobState
 from gpupool.server.loop import coalescing_gap
 from gpupool.server.submits import SubmitWriter
 from gpupool.store.server_ops import Submission
@@ -112,3 +113,19 @@ def test_a_batch_the_database_refuses_is_answered_one_submission_at_a_time(api: 
     assert stored == {"j1", "j2", "j3"}
     events = api.client.get("/v1/jobs/j1/events", headers=api.admin()).json()["events"]
     assert [e["action"] for e in events] == ["job.submitted"]  # the refused copy left no audit event
+
+
+def test_waiting_reasons_are_written_per_job_in_few_statements(api: Api) -> None:
+    api.tenant("alice")
+    api.srv.ops.submit_many([sub(f"w{i:04d}") for i in range(1200)])
+    reasons = {f"w{i:04d}": ("no_capacity", f"needs {1 + i % 2} GPUs") for i in range(1200)}
+    api.srv.ops.set_reasons(reasons)
+    for job_id in ("w0000", "w0001", "w0600", "w1199"):
+        rec = api.srv.store.get_job(job_id)
+        assert (rec.reason_code, rec.reason) == reasons[job_id]
+    # Only a pending job's reason is written: one that left the queue meanwhile keeps its own.
+    rec = api.srv.store.get_job("w0002")
+    api.srv.store.transition_job("w0002", rec.version, JobState.CANCELLED, "cancelled", "test")
+    api.srv.ops.set_reasons({"w0002": ("other", "changed"), "w0003": ("other", "changed")})
+    assert api.srv.store.get_job("w0002").reason_code != "other"
+    assert api.srv.store.get_job("w0003").reason_code == "other"
