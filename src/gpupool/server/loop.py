@@ -2,7 +2,8 @@
 
 One background thread owns the ``ClusterState`` (it is not thread-safe). Request handlers on any replica only
 write the store and wake the loop; each cycle the leader reads the live jobs' (id, state, version) and folds
-what changed into its state, so submissions and reports reaching a standby are seen too. A placement is
+what changed into its state, so submissions and reports reaching a standby are seen too (jobs this process's
+group commit stored come with their specs, so only other replicas' new jobs are read whole). A placement is
 applied to the state first (the next decision sees it at once), then written in one short transaction; a
 refused write marks the state dirty and the next cycle rebuilds it from the store. Agents learn of new work
 on their next heartbeat (the gateway compares what they run with the stored assignments), so no network

@@ -1,11 +1,13 @@
 """Group commit for submissions: concurrent submits share one transaction, each caller gets its own answer.
 
 One commit per submit caps throughput at the database's commit rate (a WAL flush on PostgreSQL, the one write
-lock on SQLite). Here request threads hand their submission to a writer thread and wait; the writer takes
+lock on SQLite). Here requests hand their submission to a writer thread and await its future; the writer takes
 everything queued while the previous batch was being written and stores it with ``ServerOps.submit_many`` in
 one transaction. A caller is answered only after that commit, so an acknowledged job is durable exactly as
 before, and idempotency keys are checked inside the same transaction (a repeat within one batch gets the
-first job). Under light load a batch is one submission: no waiting for company.
+first job). Under light load a batch is one submission: no waiting for company. After each commit the
+writer hands the batch's new jobs to ``on_stored`` (the scheduling loop), which folds them into its state
+without reading them back.
 """
 
 from __future__ import annotations
