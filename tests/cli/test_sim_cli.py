@@ -140,6 +140,12 @@ def test_gittins_with_preemption_by_service_and_las_thresholds(tmp_path: Path) -
     r = gpupool(*base, "--policy", "las", "--las-thresholds", "500,5000", "--out", "l", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "l" / "metrics.json").read_text())["finished"] == 30
+    # --preemption alone with gittins preempts by its index at checkpoints (the report states it).
+    short = [a for a in base if a not in ("--preemption-by-service", "--max-lost-s", "60")]
+    r = gpupool(*short, "--policy", "gittins", "--out", "p", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    report = (tmp_path / "p" / "report.md").read_text()
+    assert "- preemption_by_service: True" in report and "- max_lost_s: 60.0" in report
     for bad in ("5000,500", "x", "-1"):
         r = gpupool(*base, "--policy", "las", "--las-thresholds", bad, "--out", "b", cwd=tmp_path)
         assert r.returncode == 2 and "--las-thresholds" in r.stderr and "Traceback" not in r.stderr, r.stderr

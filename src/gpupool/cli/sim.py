@@ -24,6 +24,7 @@ from gpupool.sim.traces.openb import load_openb
 
 FORMATS = ("itp", "elasticflow", "philly", "chronus", "openb", "dlrm", "synthetic", "tiresias")
 LONG_RUN_JOBS = 5000  # show a progress bar from this many jobs on
+GITTINS_MAX_LOST_S = 60.0  # gittins with --preemption: preempt a victim within a minute of its checkpoint
 
 app = typer.Typer(help="Simulate the scheduler on real or synthetic GPU-cluster traces.", no_args_is_help=True)
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -36,7 +37,13 @@ PerHostOpt = Annotated[int, typer.Option("--gpus-per-host", help="GPUs per host 
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every random draw.")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
 SkipOpt = Annotated[bool, typer.Option("--skip-bad-rows", help="Count and report bad rows instead of stopping.")]
-PreemptOpt = Annotated[bool, typer.Option("--preemption", help="Let the scheduler preempt (preemptible jobs).")]
+PreemptOpt = Annotated[
+    bool,
+    typer.Option(
+        "--preemption",
+        help="Let the scheduler preempt (preemptible jobs); with --policy gittins, by its index at checkpoints.",
+    ),
+]
 KnowOpt = Annotated[bool, typer.Option("--know-durations", help="Give the scheduler the trace durations.")]
 LimitOpt = Annotated[int | None, typer.Option("--limit", help="Read only the first N good rows.")]
 BackfillOpt = Annotated[str, typer.Option("--backfill", help="Backfill: none|easy|conservative.")]
@@ -75,7 +82,14 @@ def _sharing(
     deadline_admission: bool,
     by_service: bool = False,
     max_lost_s: float | None = None,
+    policy: str = "",
 ) -> SharingOptions:
+    """The run's sharing options. ``gittins`` is a preemptive policy: with ``--preemption`` it preempts by its
+    index (``--preemption-by-service`` implied) and, unless ``--max-lost-s`` says otherwise, only victims that
+    checkpointed in the last 60 s, which the engine checks at every checkpoint."""
+    if policy == "gittins" and preemption and not by_service:
+        by_service = True
+        max_lost_s = GITTINS_MAX_LOST_S if max_lost_s is None else max_lost_s
     modes = {m.value: m for m in BackfillMode}
     if backfill not in modes:
         raise InputError(f"unknown backfill {backfill!r}; known: {', '.join(modes)}", source="--backfill")
@@ -197,7 +211,7 @@ def run_cmd(
 ) -> None:
     """Replay a trace: arrivals, runs, departures; writes metrics.json, jobs.csv, report.md and plots."""
     _check_names([policy], [placement])
-    sharing = _sharing(preemption, backfill, calendar, deadline_admission, preemption_by_service, max_lost_s)
+    sharing = _sharing(preemption, backfill, calendar, deadline_admission, preemption_by_service, max_lost_s, policy)
     t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
     fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
     limits = _thresholds(las_thresholds)
@@ -205,7 +219,7 @@ def run_cmd(
     settings = {"trace": str(trace), "format": format, "fabric": fab.name, "gpus": fab.gpu_count, "policy": policy,
                 "placement": placement, "preemption": preemption, "backfill": backfill, "calendar": str(calendar or ""),
                 "deadline_admission": deadline_admission, "seed": seed, "know_durations": know_durations,
-                "preemption_by_service": preemption_by_service, "max_lost_s": max_lost_s,
+                "preemption_by_service": sharing.by_service, "max_lost_s": sharing.max_lost_s,
                 "las_thresholds_gpu_s": list(limits) if limits is not None else None}  # fmt: skip
     write_outcome(outcome, out, settings)
     if t.bad_rows:
