@@ -41,7 +41,8 @@ MAX_TYPES = 64  # most popular types kept; the tail weighs little and each type 
 # Queue mixes weigh the i-th queued job by exp(-i / QUEUE_HORIZON): on openb (FGD protocol, seed 42) 8 gave
 # 95.61% allocation, 4: 95.49, 16: 95.55, 64: 95.47, equal weights over 256 queued pods: 95.23, and the
 # whole trace's distribution (FGD's own choice): 94.79. The jobs about to be placed say most about which
-# fragments will be used.
+# fragments will be used. With CPU-only pods placed by the measure too, the mean of seeds 42-44: 8: 95.81,
+# 4: 95.72, 16: 95.75, 8 with every queued pod weighing at least 0.05: 95.71.
 QUEUE_HORIZON = 8.0
 
 
