@@ -144,7 +144,7 @@ def pack(
     curve = np.zeros(len(arrivals) + 1, dtype=np.int64)
     alloc = np.zeros(len(arrivals) + 1, dtype=np.int64)
     placed = unscheduled = cpu_only = 0
-    k = 0  # position in gpu_idx of the next GPU pod
+    k = 0  # position in gpu_specs of the next GPU pod
     for i, (pod, spec) in enumerate(zip(arrivals, specs, strict=True)):
         arrived += request_milli(pod)
         if spec is None:
