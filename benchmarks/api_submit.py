@@ -251,6 +251,8 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=16, help="concurrent submitters per client process")
     p.add_argument("--procs", type=int, default=2, help="client processes")
     p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--schedule-period-s", type=float, default=1.0, help="GPUPOOL_SCHEDULE_PERIOD_S of the server")
+    p.add_argument("--schedule-min-gap-s", type=float, default=0.25, help="GPUPOOL_SCHEDULE_MIN_GAP_S (0.05 default)")
     p.add_argument("--profile", metavar="DIR", help="run the server under cProfile; print its top to stderr")
     p.add_argument("--serve-profiled", metavar="DIR", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -283,8 +285,8 @@ def main() -> None:
         "GPUPOOL_ADMIN_TOKEN": ADMIN,
         "GPUPOOL_PORT": str(port),
         "GPUPOOL_LOG_LEVEL": "warning",
-        "GPUPOOL_SCHEDULE_PERIOD_S": "1.0",
-        "GPUPOOL_SCHEDULE_MIN_GAP_S": "0.25",
+        "GPUPOOL_SCHEDULE_PERIOD_S": str(args.schedule_period_s),
+        "GPUPOOL_SCHEDULE_MIN_GAP_S": str(args.schedule_min_gap_s),
     }
     cmd = [sys.executable, "-m", "gpupool", "server"]
     if args.profile:
@@ -382,6 +384,7 @@ def main() -> None:
         "client_procs": args.procs,
         "cores": os.cpu_count(),
         "seconds": args.seconds,
+        "schedule_min_gap_s": args.schedule_min_gap_s,
         "placements": placements,
         "server_cpu_ms_per_submit": round(1000 * server_cpu / max(1, n), 3),
         "server_cpu_ms_per_submit_by_thread": {

@@ -69,5 +69,6 @@ def build_server(
     )
     gateway = AgentGateway(store, ops, fabrics, settings, signals, loop.nudge, clock, seen, hosts)
     auth = Authenticator(store, settings.admin_token, settings.auth_cache_s, clock)
-    submits = SubmitWriter(ops, on_stored=loop.submitted)  # the loop folds new jobs in without reading them back
+    # The loop folds new jobs in without reading them back; two writers where transactions can overlap.
+    submits = SubmitWriter(ops, on_stored=loop.submitted, writers=2 if store.concurrent_writes else 1)
     return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits)

@@ -34,13 +34,17 @@ class SubmitWriter:
         *,
         max_batch: int = 512,
         on_stored: Callable[[list[JobRecord]], None] | None = None,
+        writers: int = 1,
     ) -> None:
         self._ops = ops
+        # More than one writer keeps a batch being prepared while another waits on the database's round trips
+        # and commit flush (PostgreSQL); a key stored by two batches at once is settled by the unique constraint.
+        self._writers = max(1, writers)
         self._on_stored = on_stored  # told each batch's new jobs after their commit (the scheduling loop)
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._closed = False
         self.batches = 0  # how many transactions stored submissions (tests and the benchmark read it)
 
@@ -54,18 +58,21 @@ class SubmitWriter:
         with self._lock:
             if self._closed:
                 raise GpupoolError("the server is shutting down")
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="gpupool-submits", daemon=True)
-                self._thread.start()
+            if not self._threads:
+                for i in range(self._writers):
+                    thread = threading.Thread(target=self._run, name=f"gpupool-submits-{i}", daemon=True)
+                    thread.start()
+                    self._threads.append(thread)
             self._queue.put((sub, fut))
         return fut
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            thread = self._thread
-        if thread is not None:
-            self._queue.put(None)
+            threads = list(self._threads)
+        for _ in threads:
+            self._queue.put(None)  # one each: a writer ends at the first it takes
+        for thread in threads:
             thread.join(timeout=30)
 
     def _run(self) -> None:
@@ -94,11 +101,15 @@ class SubmitWriter:
             for _, fut in batch:
                 fut.set_exception(e)
             return
-        self.batches += 1
+        with self._lock:
+            self.batches += 1
         if self._on_stored is not None:
             created = [res[0] for res in results if not isinstance(res, Exception) and res[1]]
             if created:
-                self._on_stored(created)
+                try:
+                    self._on_stored(created)
+                except Exception:  # a hint lost costs the loop a read; a writer lost would strand every caller
+                    log.exception("handing stored jobs on failed")
         for (_, fut), res in zip(batch, results, strict=True):
             if isinstance(res, Exception):
                 fut.set_exception(res)

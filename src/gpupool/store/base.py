@@ -42,6 +42,11 @@ class StoreBase:
         # Other processes on the same file still wait through busy_timeout.
         self._sqlite_writer = None if self._postgres else threading.Lock()
 
+    @property
+    def concurrent_writes(self) -> bool:
+        """Whether write transactions run side by side (PostgreSQL), or one at a time (SQLite's one lock)."""
+        return self._postgres
+
     def migrate(self) -> None:
         """Bring the schema to the newest migration (Alembic upgrade head); safe to run on every start."""
         migrate(self._engine)

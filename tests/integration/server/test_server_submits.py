@@ -37,9 +37,10 @@ def test_one_batch_answers_each_submission_on_its_own(api: Api) -> None:
     assert not isinstance(again, Exception) and again[0].job_id == "j1" and again[1] is False
 
 
-def test_concurrent_submits_through_the_writer_are_each_stored_once(api: Api) -> None:
+@pytest.mark.parametrize("writers", [1, 2])
+def test_concurrent_submits_through_the_writer_are_each_stored_once(api: Api, writers: int) -> None:
     api.tenant("alice")
-    writer = SubmitWriter(api.srv.ops)
+    writer = SubmitWriter(api.srv.ops, writers=writers)  # two: batches with the same keys may commit at once
     try:
         with ThreadPoolExecutor(16) as pool:
             answers = list(pool.map(lambda i: writer.submit(sub(f"c{i}", key=f"k{i % 40}")), range(120)))
