@@ -9,7 +9,7 @@
 ``gittins`` ranks by the Gittins index of attained GPU-service against the service of jobs already finished
 (``--gittins-quantum``: the shortest quantum in GPU-s the index considers; ``--gittins-min-group``: the
 completions a GPU count needs before it gets a distribution of its own; ``--gittins-window``: the most recent
-completions kept per group).
+completions kept per group; ``--gittins-cohort-s``: the cohort window, 0 for none).
 
 Gavel's simulator on the same trace and cluster: FIFO 279,919 s, LAS 161,022 s; the bound is 66,192 s.
 ``--preemption-by-service`` (Tiresias; implies ``--preemption``) runs every ``--max-lost-s`` value against
@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gittins-quantum", nargs="+", type=float, default=[GittinsConfig().min_quantum_gpu_s])
     ap.add_argument("--gittins-min-group", type=int, default=GittinsConfig().min_group_samples)
     ap.add_argument("--gittins-window", type=int, default=GittinsConfig().max_samples)
+    ap.add_argument("--gittins-cohort-s", nargs="+", type=float, default=[GittinsConfig().cohort_window_s])
     args = ap.parse_args(argv)
     trace = load_trace(args.trace, "itp")
     fabric = uniform_fabric(16, 8)
@@ -69,17 +70,19 @@ def main(argv: list[str] | None = None) -> int:
     keys = ("jobs", "finished", "avg_jct_s", "lb_avg_jct_s", "avg_jct_over_lb", "preemptions",
             "gpu_hours_lost_to_preemption")  # fmt: skip
     arms = [
-        (policy, thresholds, lost, quantum)
+        (policy, thresholds, lost, quantum, cohort)
         for policy in args.policies
         for thresholds in (limits if policy != "gittins" else limits[:1])
         for lost in (args.max_lost_s if by_service else [None])
         for quantum in (args.gittins_quantum if policy == "gittins" else [None])
+        for cohort in (args.gittins_cohort_s if policy == "gittins" else [None])
     ]
-    for policy, thresholds, lost, quantum in arms:
+    for policy, thresholds, lost, quantum, cohort in arms:
         gittins = GittinsConfig(
             min_quantum_gpu_s=quantum or 0.0,
             min_group_samples=args.gittins_min_group,
             max_samples=args.gittins_window,
+            cohort_window_s=cohort or 0.0,
         )
         cfg = dataclasses.replace(
             scheduler_config(policy, args.placement, seed=0), las_thresholds_gpu_s=thresholds, gittins=gittins
@@ -93,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 "gittins_quantum_gpu_s": quantum,
                 "gittins_min_group": args.gittins_min_group,
                 "gittins_window": args.gittins_window,
+                "gittins_cohort_s": cohort,
             }
             if policy == "gittins"
             else {"las_thresholds_gpu_s": list(thresholds)}

@@ -19,6 +19,14 @@ evenly on a log scale (a heavy tail: LAS-like) fills in; the prior weighs as ``p
 real completions soon dominate. Jobs of every size share one distribution of GPU-seconds (Tiresias' 2D);
 with ``by_gpu_count`` a job's own group (its GPU count) is used once it holds ``min_group_samples``
 completions (on ITP cluster05, with 600 GPU-s quanta, 1.82x the bound shared against 1.84x per GPU count).
+
+Cohorts (``cohort_window_s``): jobs submitted close together (a sweep, one user's burst) tend to need alike
+service, and a burst can differ from everything before it. A job is ranked against its cohort, the jobs
+submitted in its window of ``cohort_window_s`` or either next to it: the finished ones, and the ones still
+waiting or running as censored samples at the service they had so far (a Kaplan-Meier estimate: without
+them, a burst's first completions are its short jobs and the cohort would look short), mixed with the whole
+history. The censored samples come from the cycle's snapshot (``GittinsView``); nothing about a job's own
+runtime is used.
 """
 
 from __future__ import annotations
@@ -48,6 +56,13 @@ class GittinsConfig:
     # cost of a preemption (a job yields at a checkpoint; probing it for less rarely pays).
     min_quantum_gpu_s: float = 8000.0
     running_bonus: float = 0.0  # a running job's index counts this much more when weighed against a waiting one
+    # Cohorts: jobs submitted close together (a sweep, a user's burst) tend to be alike. With a window, a job
+    # is ranked against the jobs submitted in its window or the two next to it: the finished ones and, as
+    # censored samples (Kaplan-Meier), the ones still in the system with the service they had so far; mixed
+    # with the whole history weighing as ``cohort_pooled_weight`` completions. Needs ``cohort_min`` finished.
+    cohort_window_s: float = 43200.0  # 0: off
+    cohort_min: int = 5
+    cohort_pooled_weight: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +73,24 @@ class _Dist:
     w: FloatArray
 
     @staticmethod
-    def of(values: FloatArray, cfg: GittinsConfig) -> _Dist:
+    def of(
+        values: FloatArray,
+        cfg: GittinsConfig,
+        weights: FloatArray | None = None,
+        extra: FloatArray | None = None,
+        extra_weight: float = 0.0,
+    ) -> _Dist:
         n = max(cfg.prior_points, 1) if cfg.prior_weight > 0 else 0
         prior = np.geomspace(cfg.prior_low_gpu_s, cfg.prior_high_gpu_s, n)
-        x = np.concatenate([values, prior])
-        w = np.concatenate([np.ones(len(values)), np.full(n, cfg.prior_weight / max(n, 1))])
+        more = extra if extra is not None and extra_weight > 0 else np.zeros(0)
+        x = np.concatenate([values, prior, more])
+        w = np.concatenate(
+            [
+                np.ones(len(values)) if weights is None else weights,
+                np.full(n, cfg.prior_weight / max(n, 1)),
+                np.full(len(more), extra_weight / max(len(more), 1)),
+            ]
+        )
         o = np.argsort(x, kind="stable")
         return _Dist(x[o], w[o])
 
@@ -90,10 +118,20 @@ class _Dist:
 class ServiceHistory:
     """Completed jobs' GPU-service per GPU-count group. Immutable once built; indices are memoised."""
 
-    __slots__ = ("_dists", "_memo", "config", "counts")
+    __slots__ = ("_dists", "_memo", "_submits", "_values", "config", "counts")
 
-    def __init__(self, samples: Mapping[int, Iterable[float]], config: GittinsConfig | None = None) -> None:
+    def __init__(
+        self,
+        samples: Mapping[int, Iterable[float]],
+        config: GittinsConfig | None = None,
+        cohorts: Iterable[tuple[float, float]] = (),
+    ) -> None:
+        """``samples``: GPU count -> services; ``cohorts``: (submit time, service) of every completion, for
+        ``cohort_window_s``."""
         self.config = cfg = config or GittinsConfig()
+        pairs = sorted(cohorts) if cfg.cohort_window_s > 0 else []
+        self._submits = np.asarray([p[0] for p in pairs], dtype=np.float64)
+        self._values = np.asarray([p[1] for p in pairs], dtype=np.float64)
         groups = {g: np.asarray(list(v), dtype=np.float64)[-cfg.max_samples :] for g, v in samples.items()}
         pooled = [v for g, v in groups.items() if g != ALL]
         if ALL not in groups:
@@ -121,6 +159,69 @@ class ServiceHistory:
             got = self._memo[key] = self._dists[key[0]].index(max(0.0, attained_gpu_s), self.config.min_quantum_gpu_s)
         return got
 
+    def view(self, alive: Iterable[tuple[float, float]]) -> GittinsView:
+        """One cycle's ranking: ``alive`` holds (submit time, service so far) of the jobs still in the system."""
+        return GittinsView(self, list(alive))
+
+    def cohort_dist(self, bucket: int, alive_submits: FloatArray, alive_service: FloatArray) -> _Dist | None:
+        cfg = self.config
+        w = cfg.cohort_window_s
+        lo_t, hi_t = (bucket - 1) * w, (bucket + 2) * w
+        lo = int(np.searchsorted(self._submits, lo_t, side="left"))
+        hi = int(np.searchsorted(self._submits, hi_t, side="left"))
+        if hi - lo < cfg.cohort_min:
+            return None
+        done = self._values[lo:hi]
+        inside = (alive_submits >= lo_t) & (alive_submits < hi_t) & (alive_service > 0)
+        cens = alive_service[inside]
+        # Kaplan-Meier: at each finished value, the survivors' share falls by the finished / at risk.
+        times = np.concatenate([done, cens])
+        is_event = np.concatenate([np.ones(len(done), dtype=bool), np.zeros(len(cens), dtype=bool)])
+        o = np.lexsort((~is_event, times))  # at a tie, the event first (a censored job outlived it)
+        times, is_event = times[o], is_event[o]
+        at_risk = len(times) - np.arange(len(times))
+        surv = np.cumprod(np.where(is_event, 1.0 - 1.0 / at_risk, 1.0))
+        before = np.concatenate([[1.0], surv[:-1]])
+        mass = (before - surv)[is_event]
+        vals = times[is_event]
+        left = float(surv[-1])
+        if left > 1e-9:  # beyond the last event: as long again as the longest seen
+            vals = np.append(vals, 2.0 * float(times.max()))
+            mass = np.append(mass, left)
+        n = float(len(times))
+        return _Dist.of(vals, cfg, mass * n, self._values, cfg.cohort_pooled_weight)
+
+
+class GittinsView:
+    """A cycle's Gittins ranking: the history, and (with cohorts) the jobs still in the system as censored
+    samples of their cohort."""
+
+    __slots__ = ("_alive_service", "_alive_submits", "_cohorts", "_memo", "history")
+
+    def __init__(self, history: ServiceHistory, alive: list[tuple[float, float]]) -> None:
+        self.history = history
+        self._alive_submits = np.asarray([a[0] for a in alive], dtype=np.float64)
+        self._alive_service = np.asarray([a[1] for a in alive], dtype=np.float64)
+        self._cohorts: dict[int, _Dist | None] = {}
+        self._memo: dict[tuple[int, float], float] = {}
+
+    def index(self, gpus: int, attained_gpu_s: float, submit_s: float) -> float:
+        h = self.history
+        w = h.config.cohort_window_s
+        if w <= 0:
+            return h.index(gpus, attained_gpu_s)
+        bucket = int(submit_s // w)
+        if bucket not in self._cohorts:
+            self._cohorts[bucket] = h.cohort_dist(bucket, self._alive_submits, self._alive_service)
+        dist = self._cohorts[bucket]
+        if dist is None:
+            return h.index(gpus, attained_gpu_s)
+        key = (bucket, attained_gpu_s)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = dist.index(max(0.0, attained_gpu_s), h.config.min_quantum_gpu_s)
+        return got
+
 
 @dataclass(slots=True)
 class HistoryBuilder:
@@ -129,15 +230,17 @@ class HistoryBuilder:
 
     config: GittinsConfig = field(default_factory=GittinsConfig)
     _samples: dict[int, list[float]] = field(default_factory=dict)
+    _cohorts: list[tuple[float, float]] = field(default_factory=list)
     _built: ServiceHistory | None = None
 
-    def finished(self, gpus: int, service_gpu_s: float) -> None:
+    def finished(self, gpus: int, service_gpu_s: float, submit_s: float = 0.0) -> None:
         if not math.isfinite(service_gpu_s) or service_gpu_s < 0:
             return
         self._samples.setdefault(int(gpus), []).append(float(service_gpu_s))
+        self._cohorts.append((float(submit_s), float(service_gpu_s)))
         self._built = None
 
     def history(self) -> ServiceHistory:
         if self._built is None:
-            self._built = ServiceHistory(self._samples, self.config)
+            self._built = ServiceHistory(self._samples, self.config, self._cohorts)
         return self._built

@@ -15,7 +15,7 @@ from typing import Protocol
 from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.errors import UnknownNameError
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec, PriorityClass
-from gpupool.scheduler.gittins import ServiceHistory
+from gpupool.scheduler.gittins import GittinsView, ServiceHistory
 from gpupool.scheduler.types import SchedulerConfig, SharingPolicy
 
 SortKey = tuple[float | int | str, ...]
@@ -138,14 +138,30 @@ class GittinsIndex:
         config: SchedulerConfig,
         sharing: SharingPolicy | None,
     ) -> KeyFn:
-        hist = service_history(config, sharing)
+        view = gittins_view(snapshot, now_s, config, sharing)
         attained = snapshot.attained_gpu_s
         return lambda j: (
-            -hist.index(j.total_gpus, attained.get(j.job_id, 0.0)),
+            -view.index(j.total_gpus, attained.get(j.job_id, 0.0), j.submit_time_s),
             j.submit_time_s,
             -int(j.priority),
             j.job_id,
         )
+
+
+def gittins_view(
+    snapshot: ClusterSnapshot, now_s: float, config: SchedulerConfig, sharing: SharingPolicy | None
+) -> GittinsView:
+    """This cycle's Gittins ranking; with cohorts, every job in the system is a censored sample."""
+    hist = service_history(config, sharing)
+    if hist.config.cohort_window_s <= 0:
+        return hist.view(())
+    att = snapshot.attained_gpu_s
+    alive = [(j.submit_time_s, att.get(j.job_id, 0.0)) for j in snapshot.pending]
+    alive += [
+        (r.spec.submit_time_s, att.get(jid, 0.0) + r.runtime_s(now_s) * r.gpu_milli / MILLI_PER_GPU)
+        for jid, r in snapshot.running.items()
+    ]
+    return hist.view(alive)
 
 
 def service_rank(
@@ -155,13 +171,16 @@ def service_rank(
     sharing: SharingPolicy | None,
     *,
     running: bool = False,
+    view: GittinsView | None = None,
 ) -> float:
     """Preemption by service: a job whose rank is lower than a running job's may take its GPUs. The negated
     Gittins index under ``gittins`` (a running job's raised by ``GittinsConfig.running_bonus``); the LAS
     queue under every other policy."""
     if config.policy == "gittins":
         bonus = 1.0 + config.gittins.running_bonus if running else 1.0
-        return -service_history(config, sharing).index(job.total_gpus, attained_gpu_s) * bonus
+        if view is None:
+            return -service_history(config, sharing).index(job.total_gpus, attained_gpu_s) * bonus
+        return -view.index(job.total_gpus, attained_gpu_s, job.submit_time_s) * bonus
     return float(las_queue(attained_gpu_s, config.las_thresholds_gpu_s))
 
 

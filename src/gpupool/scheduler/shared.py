@@ -37,9 +37,10 @@ from gpupool.scheduler.backfill import expected_end, reserve
 from gpupool.scheduler.capacity import BoolArray, Capacity
 from gpupool.scheduler.diagnose import diagnose
 from gpupool.scheduler.fragmentation import cycle_mix
+from gpupool.scheduler.gittins import GittinsView
 from gpupool.scheduler.placement import Need, TaskPick, make_need
 from gpupool.scheduler.placers import CycleContext, Placer, get_placer
-from gpupool.scheduler.policies import get_policy, order, service_rank
+from gpupool.scheduler.policies import get_policy, gittins_view, order, service_rank
 from gpupool.scheduler.pools import PoolMap, pool_busy, pool_map
 from gpupool.scheduler.preemption import Candidate, candidate, find_victims
 from gpupool.scheduler.quotas import QuotaBook, job_keys
@@ -170,6 +171,7 @@ class _Cycle:
         self._run_hosts: dict[str, tuple[int, ...]] = {}
         self._shape_ids: dict[Shape, int] = {}
         self._run_queue: dict[str, float] = {}
+        self._view: GittinsView | None = None
 
     # ------------------------------------------------------------ helpers
 
@@ -303,11 +305,20 @@ class _Cycle:
                 out.append(candidate(r, reason, cap, now))
         return out
 
+    def view(self) -> GittinsView | None:
+        """The cycle's Gittins ranking (made once, for ``gittins`` only)."""
+        req = self.request
+        if req.config.policy != "gittins":
+            return None
+        if self._view is None:
+            self._view = gittins_view(req.snapshot, self.now, req.config, self.sh)
+        return self._view
+
     def pending_rank(self, job: JobSpec) -> float:
         """The job's service rank (``policies.service_rank``; the LAS queue unless the policy is ``gittins``)
         from the service it had before."""
         snap, req = self.request.snapshot, self.request
-        return service_rank(job, snap.attained_gpu_s.get(job.job_id, 0.0), req.config, self.sh)
+        return service_rank(job, snap.attained_gpu_s.get(job.job_id, 0.0), req.config, self.sh, view=self.view())
 
     def running_rank(self, r: RunningJob) -> float:
         """A running job's service rank, counting the service of its current run."""
@@ -315,7 +326,9 @@ class _Cycle:
         if got is None:
             snap, jid = self.request.snapshot, r.spec.job_id
             service = snap.attained_gpu_s.get(jid, 0.0) + r.runtime_s(self.now) * r.gpu_milli / MILLI_PER_GPU
-            got = self._run_queue[jid] = service_rank(r.spec, service, self.request.config, self.sh, running=True)
+            got = self._run_queue[jid] = service_rank(
+                r.spec, service, self.request.config, self.sh, running=True, view=self.view()
+            )
         return got
 
     # ------------------------------------------------------------ one job

@@ -235,7 +235,7 @@ class Engine:
             if tr.run_start is not None:
                 tr.served_s += t - tr.run_start
             if self.history is not None:
-                self.history.finished(tr.job.spec.total_gpus, tr.served_s * tr.job.gpus)
+                self.history.finished(tr.job.spec.total_gpus, tr.served_s * tr.job.gpus, tr.job.spec.submit_time_s)
             if self.demand_headroom is not None and tr.job.kind == "inference":
                 self._demand(tr.job.spec.pool, -tr.job.spec.total_gpus, t)
             tr.remaining_s = 0.0

@@ -107,3 +107,25 @@ def test_a_job_with_a_higher_index_preempts_one_past_the_common_size() -> None:
     assert r == schedule_shared(late, remember_refusals=False)
     bonus = SchedulerConfig(policy="gittins", gittins=GittinsConfig(running_bonus=100.0))
     assert not schedule(ScheduleRequest(state.snapshot(), (new,), 200.0, bonus, sh)).preemptions
+
+
+def test_a_cohort_counts_its_running_jobs_as_censored_samples() -> None:
+    # A burst at t=100,000: three short jobs (100 GPU-s) finished, three others have run 3,000 GPU-s and go
+    # on. The completions alone say "the burst is short"; counting the survivors (Kaplan-Meier), half of
+    # the burst is still running past 3,000, so a job at 0 is not sure to be short.
+    cfg = GittinsConfig(
+        prior_weight=0.0, min_quantum_gpu_s=0.0, cohort_window_s=1000.0, cohort_min=3, cohort_pooled_weight=0.0
+    )
+    early = [(float(t), 5000.0) for t in range(50)]
+    burst = [(100000.0 + t, 100.0) for t in range(3)]
+    pairs = early + burst
+    hist = ServiceHistory({1: [v for _, v in pairs]}, cfg, pairs)
+    alone = hist.view(())
+    censored = hist.view([(100010.0 + t, 3000.0) for t in range(3)])
+    assert alone.index(1, 0.0, 100500.0) == pytest.approx(1 / 100.0)  # all finished at 100
+    # Half finish at 100, the rest run past 3,000 (placed at 6,000, twice the longest seen): a quantum of 100
+    # finishes half the jobs and costs 100 GPU-s each.
+    assert censored.index(1, 0.0, 100500.0) == pytest.approx(0.5 / (0.5 * 100 + 0.5 * 100))
+    assert censored.index(1, 0.0, 100500.0) < alone.index(1, 0.0, 100500.0)
+    # Far from the burst: the whole history, and a job that never ran is not censored data.
+    assert censored.index(1, 0.0, 50000.0) == hist.index(1, 0.0)
