@@ -105,6 +105,18 @@ class ClusterState:
     def node_state(self, host: str) -> NodeState:
         return self._node[self._host(host)]
 
+    def job_spec(self, job_id: str) -> JobSpec | None:
+        return self._specs.get(job_id)
+
+    def service_gpu_s(self, job_id: str, at_s: float) -> float:
+        """GPU-seconds of service ``job_id`` has had by ``at_s``: its ended runs (``attained_gpu_s``) and the
+        current one, counted as ending a run counts it. 0 for a job the state does not hold (or forgot)."""
+        got = self._attained.get(job_id, 0.0)
+        r = self._running.get(job_id)
+        if r is not None and r.started_at_s is not None:
+            got += max(0.0, at_s - r.started_at_s) * r.gpu_milli / MILLI_PER_GPU
+        return got
+
     # ---------------------------------------------------------------- the reducer
 
     def apply(self, event: Event) -> None:

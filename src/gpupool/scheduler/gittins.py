@@ -32,6 +32,7 @@ runtime is used.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -52,6 +53,9 @@ class GittinsConfig:
     by_gpu_count: bool = False  # one distribution per GPU count (else one for all jobs, Tiresias' 2D)
     min_group_samples: int = 30  # with ``by_gpu_count``, a group is used on its own from this many completions
     max_samples: int = 2000  # per group, the most recent completions kept (the distribution may drift)
+    # For cohorts, the most recent completions' (submit time, service) kept: bounds a long-running server's
+    # memory and the cost of each rebuild; above the simulator's traces (so their runs keep every completion).
+    max_cohort_samples: int = 100_000
     # The shortest quantum the index considers: smooths the spike of a sample just ahead, and stands for the
     # cost of a preemption (a job yields at a checkpoint; probing it for less rarely pays).
     min_quantum_gpu_s: float = 8000.0
@@ -223,22 +227,39 @@ class GittinsView:
         return got
 
 
+def _window(n: int) -> int | None:
+    return n if n > 0 else None
+
+
 @dataclass(slots=True)
 class HistoryBuilder:
-    """Collects completions (the caller's side) and hands out an immutable ``ServiceHistory`` when asked;
-    the same object until another job finishes."""
+    """Collects completions (the caller's side: the simulator's engine, the server's loop) and hands out an
+    immutable ``ServiceHistory`` when asked; the same object until another job finishes. Memory is bounded:
+    per group the last ``max_samples`` completions (all ``ServiceHistory`` uses), for cohorts the last
+    ``max_cohort_samples``."""
 
     config: GittinsConfig = field(default_factory=GittinsConfig)
-    _samples: dict[int, list[float]] = field(default_factory=dict)
-    _cohorts: list[tuple[float, float]] = field(default_factory=list)
+    _samples: dict[int, deque[float]] = field(default_factory=dict)
+    _cohorts: deque[tuple[float, float]] = field(init=False)
     _built: ServiceHistory | None = None
+
+    def __post_init__(self) -> None:
+        self._cohorts = deque(maxlen=_window(self.config.max_cohort_samples))
 
     def finished(self, gpus: int, service_gpu_s: float, submit_s: float = 0.0) -> None:
         if not math.isfinite(service_gpu_s) or service_gpu_s < 0:
             return
-        self._samples.setdefault(int(gpus), []).append(float(service_gpu_s))
+        group = self._samples.get(int(gpus))
+        if group is None:
+            group = self._samples[int(gpus)] = deque(maxlen=_window(self.config.max_samples))
+        group.append(float(service_gpu_s))
         self._cohorts.append((float(submit_s), float(service_gpu_s)))
         self._built = None
+
+    @property
+    def completions(self) -> int:
+        """Completions held for cohorts (every completion seen, up to ``max_cohort_samples``)."""
+        return len(self._cohorts)
 
     def history(self) -> ServiceHistory:
         if self._built is None:

@@ -24,6 +24,7 @@ from gpupool.domain.errors import (
     TransitionError,
     UnknownNameError,
 )
+from gpupool.scheduler import SchedulerConfig
 from gpupool.schemas import agent as proto
 from gpupool.schemas import api
 from gpupool.server.auth import bearer
@@ -76,8 +77,14 @@ def _errors() -> dict[int | str, dict[str, object]]:
     return {code: {"model": api.ErrorOut} for code in (400, 401, 403, 404, 409)}
 
 
-def create_app(settings: Settings, *, clock: Callable[[], float] | None = None, run_loop: bool = True) -> FastAPI:
-    srv = build_server(settings) if clock is None else build_server(settings, clock=clock)
+def create_app(
+    settings: Settings,
+    *,
+    clock: Callable[[], float] | None = None,
+    run_loop: bool = True,
+    config: SchedulerConfig | None = None,
+) -> FastAPI:
+    srv = build_server(settings, config=config) if clock is None else build_server(settings, clock=clock, config=config)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

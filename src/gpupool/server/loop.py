@@ -17,7 +17,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec
 from gpupool.domain.states import JobState, NodeState
 from gpupool.scheduler import SchedulerConfig, ScheduleRequest, SharingPolicy, schedule
 from gpupool.scheduler.deadlines import Admission, admit
+from gpupool.scheduler.gittins import HistoryBuilder
 from gpupool.schemas.agent import SignalCommand
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.hostcache import HostCache
@@ -127,6 +128,10 @@ class SchedulingLoop:
         self._reasons: dict[str, tuple[str, str]] = {}
         self._health: dict[str, tuple[HealthGrade, ...]] = {}  # GPU grades the state holds, per host
         self._sharing = SharingBuilder(store, settings)
+        # ``gittins`` learns the distribution of service from completions (``SharingPolicy.service_history``),
+        # as the simulator's engine does: each job the sync sees finish (not fail or be cancelled) while running
+        # adds its GPU-seconds (all its runs, as the state counts them) and submit time. Kept across rebuilds; a new leader starts empty.
+        self._history = HistoryBuilder(self._config.gittins) if self._config.policy == "gittins" else None
         self._signalled: set[tuple[str, float]] = set()  # (job, preemption time) already asked to checkpoint
         # The last cycle's immutable inputs, for /why's deadline admission from request threads.
         self._view: tuple[ClusterSnapshot, tuple[JobSpec, ...], SharingPolicy] | None = None
@@ -215,6 +220,8 @@ class SchedulingLoop:
         snap = state.snapshot()
         pending = tuple(j for j in snap.pending if self._db_state.get(j.job_id) is JobState.PENDING)
         sharing = self._sharing.policy(snap, now)
+        if self._history is not None:
+            sharing = replace(sharing, service_history=self._history.history())
         self._view = (snap, pending, sharing)
         result = schedule(ScheduleRequest(snap, pending, now, self._config, sharing))
         placed = preempted = 0
@@ -242,6 +249,12 @@ class SchedulingLoop:
         self._observe(state, seconds, placed, preempted)
         self.cycles += 1
         return CycleReport(placed, preempted, len(result.waiting), rebuilt, seconds)
+
+    @property
+    def sharing(self) -> SharingPolicy | None:
+        """The last cycle's sharing policy, as ``schedule()`` got it (None before the first cycle)."""
+        view = self._view
+        return None if view is None else view[2]
 
     def admission(self, job: JobSpec) -> Admission | None:
         """Deadline admission of a pending ``job`` against the last cycle's view (None before the first cycle).
@@ -382,10 +395,11 @@ class SchedulingLoop:
             for job_id in new:
                 rec = fresh.get(job_id) or read[job_id]
                 state.apply(JobSubmitted(rec.spec, rec.created_s))
+            done = self._finished([j for j, old in self._db_state.items() if j not in live and old is JobState.RUNNING])
             for job_id, old in list(self._db_state.items()):
                 lj = live.get(job_id)
                 if lj is None:
-                    self._end(state, job_id, old, now)
+                    self._end(state, job_id, old, now, self._history if job_id in done else None)
                     del self._db_state[job_id]
                     self._versions.pop(job_id, None)
                     continue
@@ -407,12 +421,22 @@ class SchedulingLoop:
             return False
         return True
 
+    def _finished(self, ended: list[str]) -> set[str]:
+        """Of the running jobs that left the live set, those that finished (not failed or cancelled): for
+        ``gittins`` only, one read of just those jobs, as the simulator counts completions."""
+        if self._history is None or not ended:
+            return set()
+        return {r.job_id for r in self._ops.specs(ended) if r.state is JobState.FINISHED}
+
     @staticmethod
-    def _end(state: ClusterState, job_id: str, old: JobState, now: float) -> None:
+    def _end(state: ClusterState, job_id: str, old: JobState, now: float, history: HistoryBuilder | None) -> None:
         if old is JobState.PENDING:
             state.apply(JobCancelled(job_id, now))
-        else:
-            state.apply(JobFinished(job_id, now, succeeded=old is JobState.RUNNING))
+            return
+        spec = state.job_spec(job_id)
+        if history is not None and spec is not None:
+            history.finished(spec.total_gpus, state.service_gpu_s(job_id, now), spec.submit_time_s)
+        state.apply(JobFinished(job_id, now, succeeded=old is JobState.RUNNING))
 
     def _sync_health(self, state: ClusterState, nodes: Sequence[NodeRecord], now: float) -> None:
         """Fold the GPU grades the gateway stored from heartbeats into the state (a BAD GPU is never placed on)."""

@@ -161,6 +161,10 @@ def test_preempted_job_goes_back_to_the_queue_with_its_history() -> None:
     state.apply(JobPlaced(alloc, 120.0))
     assert state.snapshot().running["j"].preemptions == 1
     state.apply(JobStarted("j", 130.0))
+    # the service of every run, the current one up to the time asked (what the server's loop records for
+    # ``gittins`` as the job finishes)
+    assert state.service_gpu_s("j", 140.0) == 400.0 + 40.0
+    assert state.job_spec("j") == job
     state.apply(JobFinished("j", 140.0))
     done = state.snapshot()
     assert "j" not in done.attained_gpu_s and "j" not in done.preemption_count

@@ -69,6 +69,21 @@ def test_the_builder_keeps_its_history_until_a_job_finishes() -> None:
     assert second is not first and second.counts[2] == 1 and second.counts[ALL] == 1
 
 
+def test_the_builder_holds_a_bounded_window_and_builds_what_the_whole_list_would() -> None:
+    cfg = GittinsConfig(prior_weight=0.0, max_samples=3, max_cohort_samples=4, cohort_window_s=100.0, cohort_min=2)
+    b = HistoryBuilder(cfg)
+    services = [100.0, 200.0, 300.0, 400.0, 500.0, 600.0]
+    for k, s in enumerate(services):
+        b.finished(2, s, submit_s=10.0 * k)
+    assert b.completions == 4  # a long-running server keeps a window, not every completion
+    h = b.history()
+    assert h.counts[2] == 3  # ``ServiceHistory`` uses the last ``max_samples`` per group either way
+    whole = ServiceHistory({2: services}, cfg, [(10.0 * k, s) for k, s in enumerate(services)][-4:])
+    for a in (0.0, 350.0, 450.0, 550.0):
+        assert h.index(2, a) == whole.index(2, a)
+    assert h.view(()).index(2, 450.0, 25.0) == whole.view(()).index(2, 450.0, 25.0)
+
+
 def test_the_policy_orders_by_index_then_submission() -> None:
     state = ClusterState(make_fabric(1, 1))
     hist = ServiceHistory({1: [100.0, 100.0, 5000.0, 5000.0], 4: [40000.0, 40000.0]}, NO_PRIOR)
