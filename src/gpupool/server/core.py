@@ -6,7 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpupool.scheduler import SchedulerConfig
+from gpupool.domain.errors import ParseError
+from gpupool.scheduler import PLACERS, POLICIES, SchedulerConfig
 from gpupool.server.auth import Authenticator
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.gateway import AgentGateway
@@ -40,10 +41,22 @@ class Server:
         self.store.close()
 
 
+def scheduler_config(settings: Settings) -> SchedulerConfig:
+    """The scheduler's configuration from the settings; an unknown policy or placer names the setting."""
+    for name, value, known in (("policy", settings.policy, POLICIES), ("placer", settings.placer, PLACERS)):
+        if value not in known:
+            raise ParseError(f"setting {name!r}: {value!r} is not one of {', '.join(sorted(known))}", source="settings")
+    return SchedulerConfig(policy=settings.policy, placer=settings.placer)
+
+
 def build_server(
     settings: Settings, *, clock: Callable[[], float] = time.time, config: SchedulerConfig | None = None
 ) -> Server:
-    """Open and migrate the store and wire the parts; the loop is started by the app's lifespan."""
+    """Open and migrate the store and wire the parts; the loop is started by the app's lifespan.
+
+    ``config`` (tests) overrides the scheduler configuration built from the ``policy`` and ``placer`` settings."""
+    if config is None:
+        config = scheduler_config(settings)
     store = Store(settings.url, clock=clock)
     store.migrate()
     ops = ServerOps(store)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.domain.errors import ParseError
+from gpupool.server.core import build_server, scheduler_config
 from gpupool.server.settings import Settings, load_settings
 from gpupool.store import default_url
 
@@ -31,3 +32,18 @@ def test_stop_grace_comes_from_the_environment_and_must_not_be_negative(tmp_path
     f.write_text("stop_grace_s: -2\n", encoding="utf-8")
     with pytest.raises(ParseError, match="negative"):
         load_settings(f, env={})
+
+
+def test_the_queue_policy_and_placer_come_from_the_settings(tmp_path: Path) -> None:
+    s = load_settings(env={"GPUPOOL_POLICY": "gittins", "GPUPOOL_PLACER": "frag"})
+    config = scheduler_config(s)
+    assert (config.policy, config.placer) == ("gittins", "frag")
+    assert scheduler_config(load_settings(env={})).policy == "priority"
+
+
+def test_an_unknown_policy_or_placer_is_refused_before_the_store_is_opened(tmp_path: Path) -> None:
+    with pytest.raises(ParseError, match=r"setting 'policy': 'shortest' is not one of .*gittins"):
+        build_server(Settings(data_dir=str(tmp_path / "a"), policy="shortest"))
+    with pytest.raises(ParseError, match="setting 'placer': 'tight'"):
+        build_server(Settings(data_dir=str(tmp_path / "b"), placer="tight"))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
