@@ -20,7 +20,8 @@ job is killed at its limit and the runtime is what the world runs. Arms:
   ``--switches=1`` without a give-up time), and the same with conservative backfill (a reservation for each
   blocked job, which is what Slurm's backfill does up to ``bf_max_job_test``).
 - ``gpupool`` arms: ``sjf`` (smallest estimated GPU-seconds first: limit x GPUs) with EASY or conservative
-  backfill, or with none (greedy: any job that fits starts, no reservations), multi-host jobs leaf-required.
+  backfill, or with none (greedy: any job that fits starts, no reservations), multi-host jobs leaf-required;
+  ``hrrn+easy+leaf``: highest response ratio next ((wait + limit) / limit) with EASY backfill.
 
 Each run prints one JSON line; with several seeds or gaps a summary line per (gap, arm) follows: means over
 the seeds, the worst seed's counts, on how many seeds a gpupool arm beats each slurm-like arm, and the same
@@ -75,6 +76,7 @@ ARMS = (
     Arm("sjf+conservative+leaf", "sjf", BackfillMode.CONSERVATIVE, REQ, "gpupool"),
     Arm("sjf+greedy+leaf", "sjf", BackfillMode.NONE, REQ, "gpupool"),
     Arm("sjf+easy+leaf/frag", "sjf", BackfillMode.EASY, REQ, "gpupool", placer="frag"),
+    Arm("hrrn+easy+leaf", "hrrn", BackfillMode.EASY, REQ, "gpupool"),
     Arm("las+preempt+leaf", "las", BackfillMode.NONE, REQ, "gpupool", by_service=True),
 )
 ARM_BY_NAME = {a.name: a for a in ARMS}

@@ -56,6 +56,14 @@ def test_bad_rows_fail_with_file_and_line_or_are_skipped(tmp_path: Path) -> None
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["bad_rows_skipped"] == 1
 
 
+def test_run_takes_the_hrrn_policy_by_name(tmp_path: Path) -> None:
+    r = gpupool("sim", "run", "--trace", itp(tmp_path), "--format", "itp", "--gpus", "16", "--gpus-per-host", "8",
+                "--policy", "hrrn", "--placement", "topology", "--seed", "1", "--out", "h", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    m = json.loads((tmp_path / "h" / "metrics.json").read_text())
+    assert m["finished"] == 30
+
+
 def test_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
     trace = itp(tmp_path)
     for extra in (["--policy", "nope", "--placement", "topology"], ["--policy", "fifo", "--placement", "nope"]):

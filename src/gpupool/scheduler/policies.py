@@ -99,6 +99,24 @@ class ShortestJobFirst(_ByKey):
         return (math.inf if est is None else est * job.gpu_milli, *_tie(job))
 
 
+@dataclass(frozen=True, slots=True)
+class HighestResponseRatioNext(_ByKey):
+    """Highest response ratio next: ratio = (wait + estimate) / estimate, highest first, with wait =
+    now - submit time (never below 0) and estimate the job's estimated runtime (its time limit). A short
+    job rises fast, but every waiting job's ratio grows, so a long job cannot starve behind a stream of
+    short ones. Jobs without an estimate go after every job with one, FIFO among themselves (submit
+    time first); ties end in (-priority, submit, id) as everywhere. Pure: the clock is ``now_s``."""
+
+    name: str = "hrrn"
+
+    def key(self, job: JobSpec, now_s: float, snapshot: ClusterSnapshot, config: SchedulerConfig) -> SortKey:
+        est = job.estimated_runtime_s
+        if est is None:
+            return (1, job.submit_time_s, *_tie(job))
+        wait = max(0.0, now_s - job.submit_time_s)
+        return (0, -(wait + est) / est, *_tie(job))
+
+
 def las_queue(attained_gpu_s: float, thresholds_gpu_s: tuple[float, ...]) -> int:
     """The LAS queue of a job with this much attained service: how many thresholds it has reached."""
     return sum(1 for t in thresholds_gpu_s if attained_gpu_s >= t)
@@ -289,6 +307,7 @@ POLICIES: Mapping[str, QueuePolicy] = MappingProxyType(
             Fifo(),
             Priority(),
             ShortestJobFirst(),
+            HighestResponseRatioNext(),
             LeastAttainedService(),
             GittinsIndex(),
             EarliestDeadlineFirst(),

@@ -39,6 +39,9 @@ def test_the_queue_policy_and_placer_come_from_the_settings(tmp_path: Path) -> N
     config = scheduler_config(s)
     assert (config.policy, config.placer) == ("gittins", "frag")
     assert scheduler_config(load_settings(env={})).policy == "priority"
+    f = tmp_path / "s.yaml"
+    f.write_text("policy: hrrn\n", encoding="utf-8")
+    assert scheduler_config(load_settings(f, env={})).policy == "hrrn"
 
 
 def test_an_unknown_policy_or_placer_is_refused_before_the_store_is_opened(tmp_path: Path) -> None:

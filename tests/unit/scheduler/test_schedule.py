@@ -22,7 +22,8 @@ from gpupool.domain.events import (
 from gpupool.domain.jobs import PriorityClass, Scope
 from gpupool.fabric.generators import ServerSpec, superpod
 from gpupool.fabric.model import Domain
-from gpupool.scheduler import PLACERS, POLICIES, ReasonCode, get_placer, get_policy
+from gpupool.scheduler import PLACERS, POLICIES, ReasonCode, SchedulerConfig, get_placer, get_policy
+from gpupool.scheduler.policies import order
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def pod2():  # type: ignore[no-untyped-def]
 
 def test_registry_lists_every_placer_and_policy() -> None:
     assert set(PLACERS) == {"first-fit", "best-fit", "spread", "topology", "frag"}
-    assert set(POLICIES) == {"fifo", "priority", "sjf", "las", "gittins", "edf", "slack", "fair"}
+    assert set(POLICIES) == {"fifo", "priority", "sjf", "hrrn", "las", "gittins", "edf", "slack", "fair"}
     with pytest.raises(UnknownNameError, match="unknown placer 'nope'"):
         get_placer("nope")
     with pytest.raises(UnknownNameError, match="unknown queue policy"):
@@ -149,6 +150,34 @@ def test_sjf_las_and_edf_orders() -> None:
     assert st.snapshot().attained_gpu_s["served"] == 8000.0
     assert run(st, [served, fresh], policy="las").placements[0].job_id == "fresh"
     assert run(st, [served, fresh], policy="fifo").placements[0].job_id == "served"
+
+
+def test_hrrn_ranks_by_wait_plus_estimate_over_estimate() -> None:
+    state = ClusterState(make_fabric(1, 1))
+    first = lambda jobs, now: run(state, jobs, now=now, policy="hrrn").placements[0].job_id  # noqa: E731
+    long_ = make_job("long", gpus=8, t=0, estimated_runtime_s=1000)
+    # At 100 s: long (100 + 1000) / 1000 = 1.1; short, 5 s old, (5 + 10) / 10 = 1.5. SJF would agree, FIFO not.
+    short = make_job("short", gpus=8, t=95, estimated_runtime_s=10)
+    assert first([long_, short], 100) == "short"
+    assert run(state, [long_, short], now=100, policy="fifo").placements[0].job_id == "long"
+    # A long job that waited long enough beats a short one that just came: at 5000 s 6.0 against 1.0.
+    fresh = make_job("fresh", gpus=8, t=5000, estimated_runtime_s=10)
+    assert first([fresh, long_], 5000) == "long"
+    assert run(state, [fresh, long_], now=5000, policy="sjf").placements[0].job_id == "fresh"
+    # Around the crossing at 1000 s (long: 2.0): a 100 s job that has waited 110 s (2.1) goes first, one that
+    # has waited 90 s (1.9) does not.
+    assert first([long_, make_job("mid", gpus=8, t=890, estimated_runtime_s=100)], 1000) == "mid"
+    assert first([long_, make_job("mid", gpus=8, t=910, estimated_runtime_s=100)], 1000) == "long"
+    # The full order: ratios, then jobs without an estimate last, FIFO among themselves (not by priority).
+    none_old = make_job("none-old", gpus=8, t=0)
+    none_vip = make_job("none-vip", gpus=8, t=10, priority=PriorityClass.HIGH)
+    ranked = order(
+        get_policy("hrrn"), [none_vip, none_old, fresh, long_, short], 5000, state.snapshot(), SchedulerConfig()
+    )
+    assert [j.job_id for j in ranked] == ["short", "long", "fresh", "none-old", "none-vip"]  # 491.5, 6, 1
+    # Equal ratios fall back to (-priority, submit, id).
+    twin = make_job("twin", gpus=8, t=0, estimated_runtime_s=1000, priority=PriorityClass.HIGH)
+    assert first([long_, twin], 100) == "twin"
 
 
 def test_strict_blocks_behind_the_head_and_cycle_limit_bounds_the_cycle() -> None:
