@@ -50,7 +50,7 @@ class Settings:
     preemption_min_runtime_s: float = 300.0  # a job runs this long before a preemptor may take its GPUs
     require_quota: bool = False  # a tenant without a quota in a pool may not run there
     usage_half_life_s: float = 7 * 86400.0  # fair share forgets half of a tenant's usage this often
-    policy: str = "priority"  # the queue policy (scheduler registry: fifo, priority, sjf, las, gittins, edf, ...)
+    policy: str = "priority"  # the queue policy (scheduler registry: fifo, priority, sjf, hrrn, las, gittins, edf, ...)
     placer: str = "topology"  # the placer (first-fit, best-fit, spread, topology, frag)
     log_level: str = "info"
 
