@@ -23,6 +23,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -210,6 +211,26 @@ def _frag(
     return np.asarray(np.where(runs, small, total[:, None]) @ mix.weight, dtype=np.float64)
 
 
+class _HostsNow(NamedTuple):
+    """Candidate hosts before a pick: free capacity per GPU, its terms, CPU, memory, which types may run
+    there, and the expected fragmentation."""
+
+    eff: IntArray
+    terms: _Terms
+    cpu: IntArray
+    mem: IntArray
+    access: BoolArray | None
+    frag: FloatArray
+
+
+def _hosts_now(cap: Capacity, hosts: IntArray, mix: WorkloadMix) -> _HostsNow:
+    eff = effective_free(cap, hosts)
+    t = _terms(eff, mix)
+    cpu, mem = cap.cpu_free[hosts], cap.mem_free[hosts]
+    access = mix.access(cap.index, hosts)
+    return _HostsNow(eff, t, cpu, mem, access, _frag(t.room, t.small, t.total, cpu, mem, access, mix))
+
+
 def expected_fragmentation(
     eff: IntArray, mix: WorkloadMix, cpu: IntArray | None = None, mem: IntArray | None = None
 ) -> FloatArray:
@@ -228,11 +249,7 @@ def frag_pick_cpu(cap: Capacity, cpu_need: int, mem_need: int, mix: WorkloadMix)
     hosts = np.flatnonzero(up & (cap.cpu_free >= cpu_need) & (cap.mem_free >= mem_need))
     if hosts.size == 0:
         return None
-    eff = effective_free(cap, hosts)
-    t = _terms(eff, mix)
-    cpu, mem = cap.cpu_free[hosts], cap.mem_free[hosts]
-    access = mix.access(cap.index, hosts)
-    before = _frag(t.room, t.small, t.total, cpu, mem, access, mix)
+    _, t, cpu, mem, access, before = _hosts_now(cap, hosts, mix)
     after = _frag(t.room, t.small, t.total, cpu - cpu_need, mem - mem_need, access, mix)
     i = int(np.lexsort((hosts, cpu, t.total, np.round(after - before, 6)))[0])
     return int(hosts[i])
@@ -262,11 +279,7 @@ def frag_pick_share(cap: Capacity, need: Need, mix: WorkloadMix) -> tuple[int, i
     r, c = np.nonzero(feasible)
     if r.size == 0:
         return None
-    eff = effective_free(cap, hosts)
-    terms = _terms(eff, mix)
-    cpu, mem = cap.cpu_free[hosts], cap.mem_free[hosts]
-    access = mix.access(cap.index, hosts)
-    before = _frag(terms.room, terms.small, terms.total, cpu, mem, access, mix)
+    eff, terms, cpu, mem, access, before = _hosts_now(cap, hosts, mix)
     full = cap.full_mem[hosts][r, c]
     x = eff[r, c]
     x_after = np.maximum(
@@ -310,11 +323,7 @@ def frag_pick_host(cap: Capacity, need: Need, n: int, mix: WorkloadMix) -> int |
     hosts = hosts_that_fit(cap, need, n, cpu_need, mem_need)
     if hosts.size == 0:
         return None
-    eff = effective_free(cap, hosts)
-    terms = _terms(eff, mix)
-    cpu, mem = cap.cpu_free[hosts], cap.mem_free[hosts]
-    access = mix.access(cap.index, hosts)
-    before = _frag(terms.room, terms.small, terms.total, cpu, mem, access, mix)
+    _, terms, cpu, mem, access, before = _hosts_now(cap, hosts, mix)
     # n whole GPUs go from full to empty: every type loses n GPUs with room; nothing small changes.
     after = _frag(
         terms.room - n, terms.small, terms.total - n * MILLI_PER_GPU, cpu - cpu_need, mem - mem_need, access, mix
