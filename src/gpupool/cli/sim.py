@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -156,8 +157,7 @@ def _simulate(
     failures: tuple[FailureEvent, ...] = (),
     thresholds: tuple[float, ...] | None = None,
 ) -> RunOutcome:
-    n = len(trace_obj.jobs)
-    if n < LONG_RUN_JOBS:
+    def run(progress: Callable[[int, int], None] | None = None) -> RunOutcome:
         return simulate(
             trace_obj,
             fabric,
@@ -168,22 +168,16 @@ def _simulate(
             know_durations=know,
             failures=failures,
             las_thresholds_gpu_s=thresholds,
+            progress=progress,
         )
+
+    n = len(trace_obj.jobs)
+    if n < LONG_RUN_JOBS:
+        return run()
     columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=_err, transient=True) as bar:
         task = bar.add_task(f"{policy}/{placement}", total=n)
-        return simulate(
-            trace_obj,
-            fabric,
-            policy=policy,
-            placement=placement,
-            sharing=sharing,
-            seed=seed,
-            know_durations=know,
-            failures=failures,
-            las_thresholds_gpu_s=thresholds,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
-        )
+        return run(lambda done, total: bar.update(task, completed=done, total=total))
 
 
 @app.command("run")
