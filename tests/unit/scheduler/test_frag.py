@@ -13,7 +13,15 @@ from gpupool.domain.jobs import Allocation, GpuShare, JobSpec, TaskAllocation
 from gpupool.fabric.fabric import Fabric
 from gpupool.scheduler import SchedulerConfig, ScheduleRequest, schedule
 from gpupool.scheduler.capacity import Capacity
-from gpupool.scheduler.fragmentation import QueueMixes, expected_fragmentation, frag_pick_cpu, mix_of, request_mix
+from gpupool.scheduler.fragmentation import (
+    SIZE_EXPONENT,
+    SIZE_FLOOR_MILLI,
+    QueueMixes,
+    expected_fragmentation,
+    frag_pick_cpu,
+    mix_of,
+    request_mix,
+)
 from gpupool.scheduler.telemetry import penalties
 from gpupool.scheduler.types import RequestType, TelemetryWeights
 from gpupool.sim.fabrics import nodes_fabric
@@ -68,11 +76,22 @@ def test_a_type_the_host_cannot_run_finds_all_its_free_capacity_fragmented() -> 
     assert expected_fragmentation(two, mix_cpu).tolist() == [0.0]
 
 
-def test_weights_follow_popularity() -> None:
+def test_weights_follow_popularity_times_size_factor() -> None:
+    # 500 milli, popularity 3: 3 * 0.5**-3 = 24; 200 milli counts as the 230 floor: 1 * 0.23**-3.
     mix = mix_of([RequestType(1, 500, 3.0), RequestType(1, 200, 1.0)], 32_768)
     assert mix is not None
+    big, small = 3 * 0.5**SIZE_EXPONENT, (SIZE_FLOOR_MILLI / 1000) ** SIZE_EXPONENT
+    assert mix.milli.tolist() == [200, 500]  # the small share weighs most
+    assert mix.weight.tolist() == pytest.approx([small / (big + small), big / (big + small)])
     eff = np.array([[300]], dtype=np.int64)
-    assert expected_fragmentation(eff, mix).tolist() == [225.0]  # 3/4 of the types cannot use it
+    assert expected_fragmentation(eff, mix).tolist() == pytest.approx([300 * big / (big + small)])  # only 500 cannot
+
+
+def test_whole_gpu_types_weigh_their_popularity_whatever_their_gpu_count() -> None:
+    mix = mix_of([RequestType(1, 1000, 3.0), RequestType(8, 1000, 1.0)], 32_768)
+    assert mix is not None
+    assert mix.gpus.tolist() == [1, 8]
+    assert mix.weight.tolist() == [0.75, 0.25]
 
 
 def test_request_mix_counts_tasks_per_type_most_popular_first() -> None:
