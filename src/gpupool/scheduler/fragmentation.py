@@ -1,11 +1,11 @@
 """Fragmentation-aware choice: FGD's measure (Weng et al., ATC'23, "Beware of Fragmentation"), types reweighted.
 
 The target workload is a set of request types (GPUs per task, milli-GPU per GPU, CPU, memory, allowed GPU
-models), each weighted by its popularity. A host's fragmentation for one type is the free GPU capacity that
-type cannot use there: all of it when the type cannot run on the host at all (a GPU model it may not use,
-too little CPU or memory, too few GPUs with room), else the free capacity of the GPUs with less room than
-one GPU of the type needs. The expected fragmentation weights types by popularity; the placer takes the
-host (and GPU, for a share) whose use grows it least. Every host that fits is a candidate: one pick costs
+models), each weighted by its popularity and its size (below). A host's fragmentation for one type is the
+free GPU capacity that type cannot use there: all of it when the type cannot run on the host at all (a GPU
+model it may not use, too little CPU or memory, too few GPUs with room), else the free capacity of the GPUs
+with less room than one GPU of the type needs. The expected fragmentation weights types so; the placer takes
+the host (and GPU, for a share) whose use grows it least. Every host that fits is a candidate: one pick costs
 a few NumPy passes over (hosts x GPUs x types), so no cap is needed to stay fast on a 1,000-host fabric.
 
 Beyond FGD: types weigh their popularity times a size factor (``SIZE_EXPONENT``: small shares weigh more than
@@ -152,15 +152,19 @@ def mix_of(types: Sequence[RequestType], gpu_memory_mib: int) -> WorkloadMix | N
         mem_milli = -(-t.gpu_memory_mib * MILLI_PER_GPU // max(gpu_memory_mib, 1)) if t.gpu_memory_mib else 0
         return min(max(t.milli_gpu, mem_milli, 1), MILLI_PER_GPU)
 
-    def weight(t: RequestType) -> float:
-        return float(t.weight * (max(milli(t), SIZE_FLOOR_MILLI) / MILLI_PER_GPU) ** SIZE_EXPONENT)
-
-    top = sorted((t for t in types if t.weight > 0 and t.gpus >= 1), key=lambda t: -weight(t))[:MAX_TYPES]
-    if not top:
+    kept = [t for t in types if t.weight > 0 and t.gpus >= 1]
+    millis = [milli(t) for t in kept]
+    weights = [
+        t.weight * (max(m, SIZE_FLOOR_MILLI) / MILLI_PER_GPU) ** SIZE_EXPONENT
+        for t, m in zip(kept, millis, strict=True)
+    ]
+    order = sorted(range(len(kept)), key=lambda i: -weights[i])[:MAX_TYPES]
+    if not order:
         return None
-    w = np.array([weight(t) for t in top], dtype=np.float64)
+    top = [kept[i] for i in order]
+    w = np.array([weights[i] for i in order], dtype=np.float64)
     return WorkloadMix(
-        milli=np.array([milli(t) for t in top], dtype=np.int64),
+        milli=np.array([millis[i] for i in order], dtype=np.int64),
         gpus=np.array([t.gpus for t in top], dtype=np.int64),
         cpu=np.array([t.cpu_millicores for t in top], dtype=np.int64),
         mem=np.array([t.memory_mib for t in top], dtype=np.int64),
