@@ -239,6 +239,9 @@ def test_an_xid_planted_in_the_kernel_log_drains_that_gpu(cluster: Cluster) -> N
     # Drained: an 8-GPU task no longer fits on that node, whatever else is free.
     jobs = [c.submit(env_writer(c.out), tasks=1, gpus=8) for _ in range(4)]
     until(lambda: sum(c.job(j)["state"] == "running" for j in jobs) == 3, 30, "three 8-GPU jobs running")
+    # "running" comes when the agent has launched the process; its env file follows a moment later.
+    running = [j for j in jobs if c.job(j)["state"] == "running"]
+    until(lambda: all(ranks_when(c, j, 1) for j in running), 20, "the three running jobs wrote their env")
     placed = {r["host"] for j in jobs for r in ranks_of(c, j).values()}
     assert placed == set(HOSTS) - {host}
 
