@@ -212,9 +212,3 @@ def admin_join_token(ttl: Annotated[float | None, typer.Option(help="seconds it 
     """Create an agent join token; printed once."""
     with _client() as c:
         typer.echo(c.create_join_token(ttl).token)
-
-
-def register(app: typer.Typer) -> None:
-    for fn in (submit, jobs, job, cancel, nodes, drain, undrain, pools, usage, logs):
-        app.command()(fn)
-    app.add_typer(admin_app, name="admin")

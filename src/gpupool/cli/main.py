@@ -1,40 +1,126 @@
-"""Entry point of the ``gpupool`` command."""
+"""Entry point of the ``gpupool`` command.
+
+Commands load lazily: the command named on the line is imported, the others are listed from ``COMMANDS``
+only. So ``gpupool jobs`` imports the client and never the server, agent, simulator or fabric code, and
+``gpupool --version`` and ``gpupool --help`` import none of them (``benchmarks/cli_start.py``). Each command
+names the extra that installs what it needs; when that is missing it says which to install (exit 2).
+"""
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated
 
 import typer
 
 from gpupool import __version__
-from gpupool.cli import client_cmds
-from gpupool.cli.agent import agent as agent_cmd
-from gpupool.cli.demo import demo as demo_cmd
 from gpupool.cli.errors import run_guarded
-from gpupool.cli.fabric import app as fabric_app
-from gpupool.cli.server import server
-from gpupool.cli.sim import app as sim_app
-
-app = typer.Typer(
-    name="gpupool",
-    help="GPU pool manager and compute scheduler for InfiniBand GPU data centres.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-app.add_typer(fabric_app, name="fabric")
-app.add_typer(sim_app, name="sim")
-app.command()(server)
-client_cmds.register(app)
-app.command("agent")(agent_cmd)
-app.command("demo")(demo_cmd)
 
 
-@app.command()
-def version() -> None:
-    """Print the gpupool version."""
-    typer.echo(__version__)
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """Where a command lives and what ``gpupool --help`` says of it without importing it."""
+
+    module: str
+    attr: str  # a typer.Typer (a command group) or a function (one command)
+    help: str  # the command's own help (a test holds them equal)
+    extra: str = ""  # the extra that installs its dependencies; "" = the base install
+    panel: str = "Jobs"
+
+
+_CLI = "gpupool.cli.client_cmds"
+_RUN, _OFFLINE, _OPS = "Run", "Offline tools", "Cluster"
+# The one list of commands. A new command is a line here; tests/cli/test_cli_main.py checks each line
+# against the command it names.
+COMMANDS: dict[str, Entry] = {
+    "submit": Entry(
+        _CLI, "submit", "Submit a job: flags and an argv after --, or a YAML job file (flags override the file)."
+    ),
+    "jobs": Entry(_CLI, "jobs", "List your jobs (an admin sees every tenant's)."),
+    "job": Entry(_CLI, "job", "Show one job and why it waits."),
+    "cancel": Entry(_CLI, "cancel", "Cancel a job (a running one is stopped on its nodes' next heartbeat)."),
+    "logs": Entry(_CLI, "logs", "Print a job's output, fetched from its node's agent."),
+    "usage": Entry(_CLI, "usage", "GPU-seconds per tenant, GPU model and pool in a window."),
+    "nodes": Entry(_CLI, "nodes", "List nodes with their GPUs, HCAs, health and heartbeat age.", panel=_OPS),
+    "drain": Entry(_CLI, "drain", "Keep a node out of new placements (admin).", panel=_OPS),
+    "undrain": Entry(_CLI, "undrain", "Return a drained node to service (admin).", panel=_OPS),
+    "pools": Entry(_CLI, "pools", "List pools and their calendar versions.", panel=_OPS),
+    "admin": Entry(_CLI, "admin_app", "Operator commands (need an admin token).", panel=_OPS),
+    "server": Entry(
+        "gpupool.cli.server",
+        "server",
+        "Run the gpupool server: REST API, agent gateway and (when leader) the scheduling loop.",
+        "server",
+        _RUN,
+    ),
+    "agent": Entry(
+        "gpupool.cli.agent",
+        "agent",
+        "Run the node agent: register with the server, report telemetry and health, run what it places here.",
+        "agent",
+        _RUN,
+    ),
+    "demo": Entry(
+        "gpupool.cli.demo",
+        "demo",
+        "Start a server and emulated GPU nodes on loopback, submit a mixed workload, run until Ctrl-C.",
+        "server,agent",
+        _RUN,
+    ),
+    "fabric": Entry(
+        "gpupool.cli.fabric", "app", "Discover, generate, inspect and export InfiniBand GPU fabrics.", "sim", _OFFLINE
+    ),
+    "sim": Entry(
+        "gpupool.cli.sim", "app", "Simulate the scheduler on real or synthetic GPU-cluster traces.", "sim", _OFFLINE
+    ),
+}
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit
+
+
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """GPU pool manager and compute scheduler for InfiniBand GPU data centres."""
+
+
+def _listed_only() -> None:
+    """Stands in for a command in the listing; the command named on the line is always the real one."""
+    raise AssertionError("a listed-only command was invoked")
+
+
+def command_name(argv: Sequence[str]) -> str | None:
+    """The command on the line: the first word that is not an option (the root takes no option values)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build(argv: Sequence[str]) -> typer.Typer:
+    """The ``gpupool`` app for this command line: the named command imported, every other one listed only."""
+    app = typer.Typer(name="gpupool", no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+    app.callback()(_root)
+    wanted = command_name(argv)
+    for name, e in COMMANDS.items():
+        if name != wanted:
+            app.command(name, help=e.help, rich_help_panel=e.panel)(_listed_only)
+            continue
+        target = getattr(importlib.import_module(e.module), e.attr)
+        if isinstance(target, typer.Typer):
+            app.add_typer(target, name=name, rich_help_panel=e.panel)
+        else:
+            app.command(name, rich_help_panel=e.panel)(target)
+    return app
 
 
 def main() -> None:
-    sys.exit(run_guarded(app))
+    argv = sys.argv[1:]
+    entry = COMMANDS.get(command_name(argv) or "")
+    sys.exit(run_guarded(lambda: build(argv)(args=argv, prog_name="gpupool"), entry.extra if entry else ""))
