@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -44,6 +44,7 @@ from gpupool.agent.xid_log import XidEvent
 from gpupool.domain.errors import GpupoolError, InputError
 from gpupool.domain.events import HealthGrade, LinkState
 from gpupool.domain.health import HealthRules
+from gpupool.domain.workload import check_command
 from gpupool.fabric import jsonio
 from gpupool.fabric.model import Host
 from gpupool.fabric.parsers.sysfs import read_sysfs_infiniband
@@ -154,6 +155,17 @@ class _Meta:
     job_id: str
     gpus: tuple[int, ...]
     launch_error: str = ""
+
+
+def _launch_failure(argv: Sequence[str], e: Exception) -> str:
+    """One line saying why a command did not start, for the job's reason (never the whole argv: it may be
+    megabytes, or hold a secret)."""
+    prog = argv[0][:200] if argv else ""
+    if isinstance(e, OSError):
+        return f"cannot start {prog!r}: {e.strerror or e}"
+    if isinstance(e, GpupoolError):
+        return str(e)[:500]
+    return f"cannot start {prog!r}: {type(e).__name__}: {str(e)[:300]}"
 
 
 def _stderr(msg: str) -> None:
@@ -334,18 +346,19 @@ class Agent:
         return health, gpus, tuple(out_ports)
 
     # --- workloads ----------------------------------------------------------------------------------------------
-    def _status(self, aid: str, state: wire.WorkloadState, code: int | None) -> wire.WorkloadStatus:
+    def _status(self, aid: str, state: wire.WorkloadState, code: int | None, reason: str = "") -> wire.WorkloadStatus:
         meta = self._meta.get(aid)
         at = self._changed_at.setdefault(aid, self.wall())
         return wire.WorkloadStatus(
-            assignment_id=aid, job_id=meta.job_id if meta else "", state=state, exit_code=code, at_s=at
+            assignment_id=aid, job_id=meta.job_id if meta else "", state=state, exit_code=code, at_s=at, reason=reason
         )
 
     def workload_statuses(self) -> dict[str, wire.WorkloadStatus]:
         out = {a: self._status(a, _STATES[s.state], s.exit_code) for a, s in self.runtime.poll().items()}
         for aid, meta in self._meta.items():
             if meta.launch_error and aid not in out:
-                out[aid] = self._status(aid, "exited", 127)  # never started: as a shell says "not found"
+                # never started: as a shell says "not found", with the reason for the job's failure
+                out[aid] = self._status(aid, "exited", 127, meta.launch_error)
         return out
 
     def tick(self) -> None:
@@ -355,7 +368,7 @@ class Agent:
             if self._state.get(aid) in (st.state, "delivered"):
                 continue
             self._changed_at[aid] = self.wall()
-            st = self._status(aid, st.state, st.exit_code)
+            st = self._status(aid, st.state, st.exit_code, st.reason)
             self._state[aid] = st.state
             changed.append(st)
             if st.state in ("exited", "lost"):
@@ -388,10 +401,12 @@ class Agent:
         self._write_meta(aid, meta)  # before the child exists, so a crash right after still knows its job
         env = {**self._base_env, **cmd.env, "GPUPOOL_ASSIGNMENT_ID": aid}
         try:
+            check_command(cmd.argv, env)  # the API checked it too; a node does not rely on that
             h = self.runtime.launch(aid, cmd.argv, env, cwd=self.runtime.state_dir / aid)
-        except OSError as e:
-            self.log(f"{aid}: cannot start {cmd.argv[0]!r}: {e.strerror}")
-            self._write_meta(aid, _Meta(cmd.job_id, tuple(cmd.gpus), f"{cmd.argv[0]}: {e.strerror}"))
+        except Exception as e:  # whatever a tenant sent, the job fails with a reason and the agent stays up
+            why = _launch_failure(cmd.argv, e)
+            self.log(f"{aid}: not started: {why}")
+            self._write_meta(aid, _Meta(cmd.job_id, tuple(cmd.gpus), why))
             return
         self.stats.launches += 1
         if self.sources.emulated is not None:

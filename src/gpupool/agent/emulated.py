@@ -121,6 +121,9 @@ class EmulatedNode:
         process: str = "python",
     ) -> None:
         """A workload starts on ``gpus``: they get busy (temperature follows as time advances)."""
+        # The name comes from a tenant's argv: like the kernel's 15-character comm, printable and short, so it
+        # can neither break the XML nor add a line to the kernel log that the probes read back.
+        process = "".join(c for c in process if c.isprintable())[:15] or "?"
         for g in gpus:
             self._gpus[g] = replace(
                 self._gpus[g], util_pct=util_pct, memory_fraction=memory_fraction, pid=pid, process=process

@@ -1,11 +1,13 @@
-"""The environment of one rank of a workload: what the server tells an agent to set, and nothing more.
+"""What a node runs: the environment of one rank of a workload, and the rules a command must pass.
 
-Pure: the server builds it when it dispatches a placement; the agent sets it on the child process.
+Pure: the server builds the environment when it dispatches a placement and the agent sets it on the child
+process; the API checks a submitted command with ``check_command`` and the agent checks it again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 
 from gpupool.domain.errors import InputError
 
@@ -21,7 +23,11 @@ def workload_env(
     master_port: int,
     socket_ifname: str,
 ) -> dict[str, str]:
-    """The variables a gang rank needs (PyTorch's env:// rendezvous, NCCL's HCA and socket choice), no more."""
+    """The variables a gang rank needs (PyTorch's env:// rendezvous, NCCL's HCA and socket choice), no more.
+
+    ``CUDA_VISIBLE_DEVICES`` holds the GPUs' indices in PCI bus order (hence ``CUDA_DEVICE_ORDER``); an agent
+    that knows its GPUs' UUIDs puts those in their place, so a renumbering can never hand over another GPU.
+    """
     if world_size < 1 or not 0 <= rank < world_size or local_rank < 0:
         raise InputError(f"rank {rank} / local rank {local_rank} do not fit world size {world_size}", source=job_id)
     if not 0 < master_port < 65536:
@@ -30,6 +36,7 @@ def workload_env(
     return {
         "GPUPOOL_JOB_ID": job_id,
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpu_indices),
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "NCCL_IB_HCA": hca,
         "NCCL_SOCKET_IFNAME": socket_ifname,
         "MASTER_ADDR": master_addr,
@@ -38,3 +45,68 @@ def workload_env(
         "WORLD_SIZE": str(world_size),
         "LOCAL_RANK": str(local_rank),
     }
+
+
+# What a node will run, checked at the door (the API's job submit) and again by the agent before it starts
+# anything: one set of rules, so a command the API accepted is never one the agent cannot pass to execve.
+MAX_ARGS = 1024
+MAX_ARG_BYTES = 128 * 1024  # Linux refuses a single argument or variable over 32 pages (MAX_ARG_STRLEN)
+MAX_ENV = 256
+MAX_ENV_KEY_BYTES = 256
+MAX_COMMAND_BYTES = 1 << 20  # argv and environment together: half of the usual 2 MiB execve limit
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _utf8_len(text: str, where: str) -> int:
+    """Bytes of ``text`` as execve gets them; a NUL would end the string there, a lone surrogate has no bytes."""
+    if "\x00" in text:
+        raise InputError("contains a NUL byte", source=where)
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        raise InputError(f"is not valid Unicode text (a lone surrogate at {e.start})", source=where) from None
+
+
+def command_size(argv: Sequence[str], field: str = "command") -> int:
+    """The bytes ``argv`` takes in execve; raises InputError naming ``field[i]`` for the first bad argument."""
+    if not argv:
+        raise InputError("must hold at least the program to run", source=field)
+    if len(argv) > MAX_ARGS:
+        raise InputError(f"{len(argv)} arguments; at most {MAX_ARGS}", source=field)
+    if not argv[0]:
+        raise InputError("the program name is empty", source=f"{field}[0]")
+    total = 0
+    for i, arg in enumerate(argv):
+        n = _utf8_len(arg, f"{field}[{i}]")
+        if n >= MAX_ARG_BYTES:
+            raise InputError(f"{n} bytes; at most {MAX_ARG_BYTES - 1}", source=f"{field}[{i}]")
+        total += n + 1
+    return total
+
+
+def env_size(env: Mapping[str, str], field: str = "env") -> int:
+    """The bytes ``env`` takes in execve; raises InputError naming ``field.KEY`` for the first bad variable."""
+    if len(env) > MAX_ENV:
+        raise InputError(f"{len(env)} variables; at most {MAX_ENV}", source=field)
+    total = 0
+    for key, value in env.items():
+        k = _utf8_len(key, field)
+        if not _ENV_KEY.fullmatch(key) or k > MAX_ENV_KEY_BYTES:
+            shown = key if k <= 64 else key[:64] + "..."
+            raise InputError(
+                f"{shown!r} is not a variable name (letters, digits and '_', not starting with a digit,"
+                f" at most {MAX_ENV_KEY_BYTES} bytes)",
+                source=field,
+            )
+        n = k + 1 + _utf8_len(value, f"{field}.{key}")
+        if n >= MAX_ARG_BYTES:
+            raise InputError(f"{n} bytes; at most {MAX_ARG_BYTES - 1}", source=f"{field}.{key}")
+        total += n + 1
+    return total
+
+
+def check_command(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """Raise InputError (naming the field) unless execve can take ``argv`` and ``env`` exactly as given."""
+    total = command_size(argv) + env_size(env)
+    if total > MAX_COMMAND_BYTES:
+        raise InputError(f"command and env take {total} bytes; at most {MAX_COMMAND_BYTES}", source="command")

@@ -107,6 +107,7 @@ class WorkloadStatus(_Msg):
     state: WorkloadState
     exit_code: int | None = None  # negative: killed by that signal
     at_s: float
+    reason: str = ""  # why it ended when the exit code cannot say: it never started, its memory limit killed it
 
 
 class HeartbeatRequest(_Msg):
@@ -126,6 +127,11 @@ class LaunchCommand(_Msg):
     argv: tuple[str, ...] = Field(min_length=1)  # never a shell string
     env: dict[str, str] = {}  # CUDA_VISIBLE_DEVICES, NCCL_IB_HCA, RANK, WORLD_SIZE, ... built by the server
     gpus: tuple[int, ...] = ()
+    # Whose job: the agent runs it as the Unix user its configuration maps this tenant to.
+    tenant: str = ""
+    # Per rank, from the job spec; 0 = no limit. The agent enforces them with the rank's cgroup.
+    cpu_millicores: int = 0
+    memory_mib: int = 0
 
 
 class StopCommand(_Msg):

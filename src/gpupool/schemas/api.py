@@ -6,9 +6,13 @@ request is a 422 naming the field before any use case runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from gpupool.domain.errors import InputError
+from gpupool.domain.workload import check_command, command_size, env_size
 
 PriorityName = Literal["best_effort", "batch", "normal", "high", "realtime"]
 StateName = Literal["pending", "placed", "running", "finished", "failed", "cancelled"]
@@ -37,7 +41,7 @@ class JobSubmit(_In):
     """A job as a tenant submits it. ``command`` is an argv list, run without a shell."""
 
     command: list[str] = Field(min_length=1, max_length=1024)
-    env: dict[str, str] = Field(default_factory=dict, max_length=256)
+    env: dict[str, str] = Field(default_factory=dict, max_length=256, validate_default=True)
     name: str = Field(default="", max_length=256)
     tenant: str | None = Field(default=None, min_length=1, max_length=128)  # admins only: on whose behalf
     pool: str = Field(default="default", min_length=1, max_length=128)
@@ -57,6 +61,31 @@ class JobSubmit(_In):
     min_tasks: int | None = Field(default=None, ge=1, le=4096)
     scaling: Literal["none", "linear"] = "none"
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+
+    # What a node will run is checked here, at the door, with the rules the agent applies again before it
+    # starts anything: a NUL, an '=' in a variable name or an over-long argument is a 422 naming the field
+    # (the total size of both under ``env``, checked even when no env is given), never a command an agent
+    # cannot execute.
+    @field_validator("command")
+    @classmethod
+    def _runnable_argv(cls, argv: list[str]) -> list[str]:
+        _check(lambda: command_size(argv))
+        return argv
+
+    @field_validator("env")
+    @classmethod
+    def _runnable_env(cls, env: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        argv = info.data.get("command")  # validated first (declared first); absent when it was refused
+        _check(lambda: env_size(env) if argv is None else check_command(argv, env))
+        return env
+
+
+def _check(rule: Callable[[], object]) -> None:
+    """A domain rule's InputError as the ValueError pydantic turns into a validation error, field named."""
+    try:
+        rule()
+    except InputError as e:
+        raise ValueError(str(e)) from None
 
 
 class JobOut(_Out):

@@ -189,7 +189,7 @@ class AgentGateway:
             job = self._store.transition_job(a.job_id, job.version, JobState.RUNNING, "every rank started", actor)
             changed = True
         if w.state == "exited" and w.exit_code != 0:
-            why = f"rank {a.rank} on {a.host} exited with {w.exit_code}"
+            why = f"rank {a.rank} on {a.host} exited with {w.exit_code}" + (f": {w.reason}" if w.reason else "")
             self._store.transition_job(a.job_id, job.version, JobState.FAILED, why, actor)
             changed = True
         elif w.state == "lost":
@@ -223,4 +223,14 @@ class AgentGateway:
         env.update(
             workload_env(a.job_id, a.rank, len(ranks), local, a.gpus, hca, master, port, self._settings.socket_ifname)
         )
-        return LaunchCommand(assignment_id=a.assignment_id, job_id=a.job_id, argv=command.argv, env=env, gpus=a.gpus)
+        spec = self._store.get_job(a.job_id).spec
+        return LaunchCommand(
+            assignment_id=a.assignment_id,
+            job_id=a.job_id,
+            argv=command.argv,
+            env=env,
+            gpus=a.gpus,
+            tenant=spec.tenant,
+            cpu_millicores=spec.cpu_millicores,
+            memory_mib=spec.memory_mib,
+        )

@@ -62,6 +62,7 @@ def test_workload_env_builds_exactly_the_gang_variables() -> None:
     assert env == {
         "GPUPOOL_JOB_ID": "job-7",
         "CUDA_VISIBLE_DEVICES": "4,5,6,7",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "NCCL_IB_HCA": "mlx5_4:1,mlx5_5:1",
         "NCCL_SOCKET_IFNAME": "eth0",
         "MASTER_ADDR": "10.0.0.1",

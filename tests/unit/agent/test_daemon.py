@@ -321,6 +321,35 @@ def test_launch_of_a_missing_program_is_reported_exited_127(
     server.queue(wire.LaunchCommand(assignment_id="nope", job_id="j", argv=("/no/such/program",)))
     start(server.url)
     until(lambda: ("exited", 127) in server.states("nope"))
+    with server.lock:
+        assert [w.reason for w in server.reports if w.assignment_id == "nope"] == [
+            "cannot start '/no/such/program': No such file or directory"
+        ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "why"),
+    [
+        ((PY, "-c", "pass\x00"), {}, "command[2]: contains a NUL byte"),
+        ((PY,), {"A=B": "1"}, "env: 'A=B' is not a variable name"),
+        ((PY,), {"A": "\x00"}, "env.A: contains a NUL byte"),
+        (("",), {}, "command[0]: the program name is empty"),
+    ],
+)
+def test_a_command_popen_would_refuse_fails_its_job_and_the_agent_stays_up(
+    server: ProtocolServer, start: Callable[..., Running], argv: tuple[str, ...], env: dict[str, str], why: str
+) -> None:
+    """Defence in depth: the API refuses these at the door; an agent handed one anyway (an older server, a
+    forged reply) reports the job failed with the reason, keeps beating and runs the next job."""
+    server.queue(wire.LaunchCommand(assignment_id="bad", job_id="j", argv=argv, env=env))
+    r = start(server.url)
+    until(lambda: ("exited", 127) in server.states("bad"))
+    with server.lock:
+        reasons = [w.reason for w in server.reports if w.assignment_id == "bad"]
+    assert len(reasons) == 1 and reasons[0].startswith(why), reasons
+    server.queue(launch("next", "print('fine')"))
+    until(lambda: ("exited", 0) in server.states("next"))
+    assert r.thread.is_alive()
 
 
 def test_reregisters_when_the_server_forgets_the_node_and_lists_what_runs(
