@@ -70,6 +70,7 @@ def test_submit_with_flags_then_list_show_and_cancel(server_url: str, tenant_tok
     assert code == 0 and job_id in [j["id"] for j in json.loads(out)]
     code, out, _ = run(server_url, tenant_token, "job", job_id)
     assert code == 0 and "train" in out and "pending" in out
+    assert "events:" in out and "job.submitted" in out  # what happened to it, oldest first
     code, out, _ = run(server_url, tenant_token, "cancel", job_id)
     assert code == 0 and out.strip() == f"{job_id} cancelled"
 

@@ -102,12 +102,17 @@ def jobs(
 
 
 def job(job_id: str, fmt: FmtOpt = Fmt.TABLE) -> None:
-    """Show one job and why it waits."""
+    """Show one job, why it waits, and what happened to it (its events: placed, requeued and why, ...)."""
     with _client() as c:
         j = c.job(job_id)
+        events = c.events(job_id).events if fmt is Fmt.TABLE else []
     if fmt is Fmt.TABLE:
         for k, v in j.model_dump().items():
             typer.echo(f"{k:16} {v}")
+        typer.echo("events:")
+        for e in events:
+            why = e.data.get("reason", "")
+            typer.echo(f"  {e.at_s:.3f}  {e.action:16} {e.actor}" + (f": {why}" if why else ""))
     else:
         _emit(fmt, JOB_COLS, [_job_row(j)], j.model_dump())
 

@@ -134,6 +134,9 @@ class Client:
     def job(self, job_id: str) -> api.JobOut:
         return self._call("GET", f"/v1/jobs/{job_id}", api.JobOut)
 
+    def events(self, job_id: str) -> api.EventList:
+        return self._call("GET", f"/v1/jobs/{job_id}/events", api.EventList)
+
     def why(self, job_id: str) -> api.WhyOut:
         return self._call("GET", f"/v1/jobs/{job_id}/why", api.WhyOut)
 

@@ -104,6 +104,7 @@ class GpuHealthChanged:
     gpu: int
     grade: HealthGrade
     at_s: float
+    reason: str = ""  # why, as the agent said it ("XID 79 (GPU has fallen off the bus)"); not used by the reducer
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +118,14 @@ class LinkHealthChanged:
 
 @dataclass(frozen=True, slots=True)
 class TelemetryReported:
-    """A host's GPU readings: one temperature per GPU in index order."""
+    """A host's GPU readings: one temperature per GPU in index order (NaN: no reading), and as many
+    utilisations (percent; empty when not measured). The scheduler weighs temperatures; utilisation is
+    carried for the record (the server's journal, a replay) and weighs nothing yet."""
 
     host: str
     gpu_temperature_c: tuple[float, ...]
     at_s: float
+    gpu_utilization_pct: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

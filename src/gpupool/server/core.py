@@ -80,7 +80,7 @@ def build_server(
         seen=seen,
         hosts=hosts,
     )
-    gateway = AgentGateway(store, ops, fabrics, settings, signals, loop.nudge, clock, seen, hosts)
+    gateway = AgentGateway(store, ops, fabrics, settings, signals, loop.nudge, clock, seen, hosts, loop.live)
     auth = Authenticator(store, settings.admin_token, settings.auth_cache_s, clock)
     # The loop folds new jobs in without reading them back; two writers where transactions can overlap.
     submits = SubmitWriter(ops, on_stored=loop.submitted, writers=2 if store.concurrent_writes else 1)

@@ -32,6 +32,7 @@ from gpupool.schemas.agent import (
 )
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.hostcache import HostCache
+from gpupool.server.live import LeafMap, LiveInbox, PortCounters, gpu_events, reasons
 from gpupool.server.liveness import LastSeen
 from gpupool.server.loop import SignalQueue
 from gpupool.server.settings import Settings
@@ -60,11 +61,16 @@ class AgentGateway:
         clock: Callable[[], float],
         seen: LastSeen,
         hosts: HostCache,
+        live: LiveInbox,
     ) -> None:
         self._store, self._ops, self._fabrics, self._seen, self._hosts = store, ops, fabrics, seen, hosts
         self._settings, self._signals, self._wake, self._clock = settings, signals, wake, clock
         self._lock = threading.Lock()
         self.telemetry = LiveTelemetry()  # the dashboard's live samples: one per host, in memory only
+        # Heartbeats become the scheduler's events (``live``): per-leaf counters, and each host's HCA -> leaf.
+        self._live = live
+        self._ports = PortCounters(stale_s=settings.node_lost_after_s)
+        self._leaves = LeafMap(fabrics.current, self._hcas, settings.host_cache_s, clock)
         # Assignment ids seen started / exited cleanly, per job: a gang is running when every rank of its
         # current allocation started, finished when every one exited 0. Keyed by assignment id (which carries
         # the allocation number), not rank: after a requeue the old allocation's ranks must not count for the
@@ -85,6 +91,7 @@ class AgentGateway:
         )
         node = self._store.heartbeat(req.host, actor=actor)
         self._hosts.forget_token(req.host)  # the old token stops working here at once
+        self._leaves.forget(req.host)  # its HCAs may have changed
         self._hosts.put_node(node)  # a new node, or a changed GPU count
         self._wake()
         now = self._clock()
@@ -109,23 +116,34 @@ class AgentGateway:
     # -- heartbeat ---------------------------------------------------------------------------------------------
     def heartbeat(self, host: str, req: HeartbeatRequest) -> HeartbeatReply:
         actor = f"agent:{host}"
+        now = self._clock()
         self.telemetry.record(host, req)
         before = self._hosts.node(host)
         grades = [_GRADE[g.health] for g in sorted(req.gpus, key=lambda g: g.index)]
         # A partial sample (fewer GPUs than registered) says nothing about the missing ones: keep the stored grades.
         health = grades if req.gpus and len(grades) == before.gpu_count else None
-        if before.state is not NodeState.LOST and (health is None or tuple(health) == before.health):
+        if health is not None and tuple(health) != before.health:
+            self._live.note_reasons(host, reasons(req.gpus))
+        if before.state is not NodeState.LOST and (health is None or tuple(health) == before.health) and not req.xids:
             # Nothing durable changed: the time is noted in memory and persisted in a batch (no transaction).
-            self._seen.note(host, self._clock())
+            self._seen.note(host, now)
         else:
-            node = self._store.heartbeat(host, health=health, actor=actor)
+            xids = [x.model_dump(mode="json") for x in req.xids]
+            node = self._store.heartbeat(host, health=health, xids=xids, actor=actor)
             self._hosts.put_node(node)
             if node.state is not before.state or node.health != before.health:
                 self._wake()
+        # After the commit above: the loop may act on a grade only once the store holds it.
+        events = gpu_events(host, req.gpus, before.health, health, now)
+        if req.ports:
+            events += self._ports.events(host, req.ports, self._leaves.of(host), now)
+        self._live.put(events)
         self._apply(host, req.workloads)
         desired = {a.assignment_id: a for a in self._hosts.assignments(host)}
         reported = {w.assignment_id: w for w in req.workloads}
-        commands: list[Command] = []
+        # Checkpoint signals first: a rank stopped in this same reply (its GPU turned bad) is asked to save
+        # its work before its SIGTERM.
+        commands: list[Command] = list(self._signals.take(host))
         for aid, a in desired.items():
             if aid not in reported and a.state is JobState.PLACED:
                 try:
@@ -139,7 +157,6 @@ class AgentGateway:
                         assignment_id=aid, grace_s=self._settings.stop_grace_s, reason="no longer assigned to this node"
                     )
                 )
-        commands.extend(self._signals.take(host))
         return HeartbeatReply(
             commands=tuple(commands),
             heartbeat_interval_s=self._settings.heartbeat_interval_s,
@@ -148,6 +165,11 @@ class AgentGateway:
 
     def report(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:
         self._apply(host, workloads)
+
+    def _hcas(self, host: str) -> list[tuple[str, str]]:
+        """``(device name, GUID)`` of every HCA port ``host`` registered."""
+        inv = self._ops.agent(host).inventory
+        return [(str(h.get("name", "")), str(h.get("guid", ""))) for h in inv.get("hcas", [])]
 
     # -- workload states -> job states -------------------------------------------------------------------------
     def _apply(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:

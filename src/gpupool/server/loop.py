@@ -8,6 +8,10 @@ applied to the state first (the next decision sees it at once), then written in 
 refused write marks the state dirty and the next cycle rebuilds it from the store. Agents learn of new work
 on their next heartbeat (the gateway compares what they run with the stored assignments), so no network
 call is made here and none while a transaction is open.
+
+Telemetry does not come from the store: the gateway turns each heartbeat into domain events (samples, per-leaf
+counters, link states, grades; ``server.live``) and ``deliver``s them after their writes commit; a cycle folds
+them in before its snapshot, and a job on a GPU that turned BAD is requeued whole.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from gpupool.cluster import ClusterState
 from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.errors import GpupoolError
 from gpupool.domain.events import (
+    Event,
     GpuHealthChanged,
     HealthGrade,
     JobCancelled,
@@ -46,6 +51,7 @@ from gpupool.schemas.agent import SignalCommand
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.hostcache import HostCache
 from gpupool.server.leader import LeaderLock
+from gpupool.server.live import LiveInbox, jobs_on, requeue_reason
 from gpupool.server.liveness import LastSeen
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.settings import Settings
@@ -127,6 +133,9 @@ class SchedulingLoop:
         self._versions: dict[str, int] = {}
         self._reasons: dict[str, tuple[str, str]] = {}
         self._health: dict[str, tuple[HealthGrade, ...]] = {}  # GPU grades the state holds, per host
+        self._bad: set[tuple[str, int]] = set()  # (host, GPU) graded BAD whose jobs were requeued
+        # Heartbeats' events (``server.live``), handed over by the gateway after their writes committed.
+        self.live = LiveInbox(self.nudge)
         self._sharing = SharingBuilder(store, settings)
         # ``gittins`` learns the distribution of service from completions (``SharingPolicy.service_history``),
         # as the simulator's engine does: each job the sync sees finish (not fail or be cancelled) while running
@@ -156,6 +165,10 @@ class SchedulingLoop:
             for rec in records:
                 self._fresh[rec.job_id] = rec
         self._wake.set()
+
+    def deliver(self, events: Sequence[Event]) -> None:
+        """Events whose writes are committed (the gateway's, from heartbeats): folded in at the next cycle."""
+        self.live.put(events)
 
     def nudge(self) -> None:
         """Run soon, keeping the host cache: for the gateway, which updates that cache itself (a node's
@@ -211,12 +224,16 @@ class SchedulingLoop:
         if fabric is None:
             self._state = None
             return CycleReport(0, 0, 0, False, time.perf_counter() - started)
+        live = self.live.drain()
         if self._state is None or self._dirty or key != self._key or not self._sync():
-            self._rebuild(key)
+            self._rebuild(key)  # re-applies the latest telemetry, so ``live`` is in it
             rebuilt = True
         state = self._state
         assert state is not None
         now = self._clock()
+        if not rebuilt:
+            self._fold(state, live)
+        self._requeue_bad(state, now)
         snap = state.snapshot()
         pending = tuple(j for j in snap.pending if self._db_state.get(j.job_id) is JobState.PENDING)
         sharing = self._sharing.policy(snap, now)
@@ -302,6 +319,32 @@ class SchedulingLoop:
         self._db_state[job_id] = JobState.PENDING
         return 1
 
+    # -- live events -------------------------------------------------------------------------------------------
+    def _fold(self, state: ClusterState, events: Sequence[Event]) -> None:
+        """Apply heartbeats' events; those of hosts or switches the fabric lacks are dropped."""
+        for e in events:
+            try:
+                state.apply(e)
+            except GpupoolError:
+                continue
+            if isinstance(e, GpuHealthChanged):
+                grades = list(self._health.get(e.host, ()))
+                grades += [HealthGrade.OK] * (e.gpu + 1 - len(grades))
+                grades[e.gpu] = e.grade
+                self._health[e.host] = tuple(grades)  # the store holds it too: the per-cycle diff stays quiet
+
+    def _requeue_bad(self, state: ClusterState, now: float) -> None:
+        """A job holding a GPU that turned BAD gets its checkpoint signal and goes back to the queue whole, as
+        the simulator's world does on an XID; placed elsewhere by this very cycle if it fits."""
+        bad = {(h, g) for h, grades in self._health.items() for g, x in enumerate(grades) if x is HealthGrade.BAD}
+        new, self._bad = bad - self._bad, bad
+        for job_id, host, gpu in jobs_on(state.snapshot(), new):
+            why = requeue_reason(host, gpu, self.live.reason(host, gpu))
+            log.warning("job %s: %s", job_id, why)
+            for a in self._ops.job_assignments(job_id):
+                self._signals.put(a.host, SignalCommand(assignment_id=a.assignment_id))
+            self._preempt(state, job_id, why, now)
+
     # -- node loss ---------------------------------------------------------------------------------------------
     def _mark_lost_nodes(self) -> None:
         now = self._clock()
@@ -370,7 +413,13 @@ class SchedulingLoop:
             elif n.state is NodeState.DRAINED:
                 state.apply(NodeDrained(host.name, 0.0))
         self._health = {}
+        self._bad = set()  # a job the store still places on a BAD GPU is requeued by this cycle
         self._sync_health(state, loaded.nodes, self._clock())
+        for ev in self.live.latest():
+            try:
+                state.apply(ev)
+            except GpupoolError:
+                continue  # a host or switch the new fabric lacks
         self._state = state
         self._key = key
         self._db_state = {j.job_id: j.state for j in loaded.jobs}

@@ -127,8 +127,16 @@ class AdminMixin(StoreBase):
             s.flush()
             return node_record(row)
 
-    def heartbeat(self, name: str, *, health: Sequence[HealthGrade] | None = None, actor: str) -> NodeRecord:
-        """An agent's sign of life: a lost node comes back up; a change of GPU health is recorded and audited."""
+    def heartbeat(
+        self,
+        name: str,
+        *,
+        health: Sequence[HealthGrade] | None = None,
+        xids: Sequence[Mapping[str, object]] = (),
+        actor: str,
+    ) -> NodeRecord:
+        """An agent's sign of life: a lost node comes back up; a change of GPU health is recorded and audited,
+        and so is every XID the beat carries (``{"gpu", "code", "at_s", "message"}``), in the same write."""
         with self._tx(write=True) as s:
             row = self._node(s, name)
             now = self._clock()
@@ -143,6 +151,8 @@ class AdminMixin(StoreBase):
                     row.health = new
                     row.version += 1
                     self._audit(s, actor, "node.health", f"node/{name}", {"health": loads(new, name)}, now)
+            if xids:
+                self._audit(s, actor, "node.xid", f"node/{name}", {"xids": [dict(x) for x in xids]}, now)
             s.flush()
             return node_record(row)
 
