@@ -40,7 +40,9 @@ COMMANDS: dict[str, Entry] = {
         _CLI, "submit", "Submit a job: flags and an argv after --, or a YAML job file (flags override the file)."
     ),
     "jobs": Entry(_CLI, "jobs", "List your jobs (an admin sees every tenant's)."),
-    "job": Entry(_CLI, "job", "Show one job and why it waits."),
+    "job": Entry(
+        _CLI, "job", "Show one job, why it waits, and what happened to it (its events: placed, requeued and why, ...)."
+    ),
     "cancel": Entry(_CLI, "cancel", "Cancel a job (a running one is stopped on its nodes' next heartbeat)."),
     "logs": Entry(_CLI, "logs", "Print a job's output, fetched from its node's agent."),
     "usage": Entry(_CLI, "usage", "GPU-seconds per tenant, GPU model and pool in a window."),
