@@ -108,3 +108,75 @@ def test_bad_encoding_and_missing_files_exit_2(tmp_path: Path) -> None:
     (tmp_path / "t.conf").write_text("SwitchName=s1 Nodes=a[1-2]\nSwitchName=s2 Switches=s9\n")
     r = gpupool("fabric", "import", "slurm", "t.conf", "-o", "x.json", cwd=tmp_path)
     assert r.returncode == 2 and "t.conf:2" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_vendor_descriptions_and_a_node_name_map(tmp_path: Path) -> None:
+    """The issue's fabric: HCAs that say only 'MT25408 ConnectX Mellanox Technologies', names from opensm's map."""
+    ok(
+        "fabric",
+        "generate",
+        "leaf-spine",
+        "--leaves",
+        "2",
+        "--spines",
+        "1",
+        "--hosts-per-leaf",
+        "2",
+        "-o",
+        "g.json",
+        cwd=tmp_path,
+    )
+    dump = ok("fabric", "export", "ibnetdiscover", "g.json", cwd=tmp_path)
+    guids = [line.split("=0x")[1] for line in dump.splitlines() if line.startswith("caguid=")]
+    for i in range(len(guids)):
+        dump = dump.replace(f'"node{i + 1:03d} mlx5_0"', '"MT25408 ConnectX Mellanox Technologies"')
+    (tmp_path / "dump.txt").write_text(dump)
+    (tmp_path / "site.map").write_text("".join(f'0x{g} "r510gluster{i}"\n' for i, g in enumerate(guids)))
+    r = gpupool("fabric", "import", "ibnetdiscover", "dump.txt", "-o", "none.json", cwd=tmp_path)
+    assert r.returncode == 0 and "0 hosts" in r.stderr and "4 HCAs unattributed" in r.stderr
+    why = ok("fabric", "show", "none.json", "--unattributed", cwd=tmp_path)
+    assert why.count("generic description 'MT25408 ConnectX Mellanox Technologies'") == 4
+    r = gpupool(
+        "fabric", "import", "ibnetdiscover", "dump.txt", "--node-name-map", "site.map", "-o", "f.json", cwd=tmp_path
+    )
+    assert r.returncode == 0 and "4 hosts" in r.stderr, r.stderr
+    s = json.loads(ok("fabric", "show", "f.json", "--json", cwd=tmp_path))
+    assert s["found_by"] == {"hosts": {"node-name-map": 4}, "hcas": {"node-name-map": 4}}
+    assert "hosts found by: node-name-map 4 (4 HCAs)" in ok("fabric", "show", "f.json", cwd=tmp_path)
+    assert "Nodes=r510gluster[0-1]" in ok("fabric", "export", "slurm", "f.json", cwd=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("option", "content", "where"),
+    [
+        ("--node-name-map", '0x{g} "a"\n0x00000000deadbeef "ghost"\n', "site.map:2"),
+        ("--node-name-map", '0x{g} "a\n', "site.map:1"),
+        ("--host-map", "guid,host\n0x{g},a\n0x{g}\n", "site.map:3"),
+        ("--host-map", "0x{g} a\nzz b\n", "site.map:2"),
+    ],
+)
+def test_bad_maps_exit_2_with_file_and_line_and_write_nothing(
+    tmp_path: Path, option: str, content: str, where: str
+) -> None:
+    ok(
+        "fabric",
+        "generate",
+        "leaf-spine",
+        "--leaves",
+        "1",
+        "--spines",
+        "1",
+        "--hosts-per-leaf",
+        "2",
+        "-o",
+        "g.json",
+        cwd=tmp_path,
+    )
+    dump = ok("fabric", "export", "ibnetdiscover", "g.json", cwd=tmp_path)
+    (tmp_path / "dump.txt").write_text(dump)
+    guid = next(line.split("=0x")[1] for line in dump.splitlines() if line.startswith("caguid="))
+    (tmp_path / "site.map").write_text(content.format(g=guid))
+    r = gpupool("fabric", "import", "ibnetdiscover", "dump.txt", option, "site.map", "-o", "x.json", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert where in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "x.json").exists()

@@ -12,9 +12,12 @@ from rich.table import Table
 
 from gpupool.domain.errors import InputError
 from gpupool.fabric import Fabric, Tier, generators, jsonio
+from gpupool.fabric.export.ibnetdiscover import to_ibnetdiscover
 from gpupool.fabric.export.nccl import nccl_topology_env
 from gpupool.fabric.export.slurm import topology_block, topology_conf
-from gpupool.fabric.parsers.ibnetdiscover import read_ibnetdiscover
+from gpupool.fabric.parsers.attribution import NameSources
+from gpupool.fabric.parsers.ibnetdiscover import IbImport, read_ibnetdiscover
+from gpupool.fabric.parsers.nodemap import read_host_map, read_node_name_map
 from gpupool.fabric.parsers.slurm import read_topology_conf
 from gpupool.fabric.summary import summarize
 
@@ -32,6 +35,11 @@ ServerOpt = Annotated[str, typer.Option("--server", help=f"Server model: {', '.j
 
 
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _leaf_name(fabric: Fabric, hca_guid: str) -> str:
+    leaf = int(fabric.hca_leaf[fabric.hca_index(hca_guid)])
+    return fabric.switches[leaf].name if leaf >= 0 else ""
 
 
 def _server(name: str) -> generators.ServerSpec:
@@ -52,21 +60,58 @@ def _save(fabric: Fabric, output: Path, extra: dict[str, Any] | None = None) -> 
     )
 
 
-@import_app.command("ibnetdiscover")
-def import_ibnetdiscover(
-    file: Annotated[Path, typer.Argument(help="ibnetdiscover output (default or -p format).")],
-    output: Output,
-    node_name_map: Annotated[Path | None, typer.Option("--node-name-map", help='GUID "name" per line.')] = None,
-) -> None:
-    """Import `ibnetdiscover` (or `ibnetdiscover -p`) output."""
-    result = read_ibnetdiscover(file, node_name_map=node_name_map)
+NodeNameMap = Annotated[
+    Path | None,
+    typer.Option(
+        "--node-name-map",
+        help='opensm node-name map (GUID "name" per line) or ibhosts/ibswitches output; a bare name is a host.',
+    ),
+]
+HostMap = Annotated[
+    Path | None,
+    typer.Option("--host-map", help="GUID -> host: 'GUID host' lines (/etc/hosts-style) or CSV GUID,host."),
+]
+StripDomain = Annotated[
+    str,
+    typer.Option("--strip-domain", help="Cut this domain off host names (cluster.local), or '*' for any domain."),
+]
+AllowUnknown = Annotated[
+    bool,
+    typer.Option("--allow-unknown-guids", help="A site-wide map may name GUIDs this dump lacks (warn, not fail)."),
+]
+
+
+def _names(node_name_map: Path | None, host_map: Path | None, strip_domain: str) -> NameSources:
+    return NameSources(
+        node_names=read_node_name_map(node_name_map) if node_name_map is not None else {},
+        host_map=read_host_map(host_map) if host_map is not None else {},
+        strip_domain=strip_domain,
+    )
+
+
+def _report(result: IbImport, output: Path) -> None:
     _save(result.fabric, output)
     for w in result.warnings:
         _err.print(f"warning: {w}", markup=False)
     _err.print(
         f"{result.aggregation_nodes} SHARP aggregation nodes left out; {result.inferred_hcas} HCAs attributed "
         f"by port position; {result.unattributed_hcas} HCAs unattributed"
+        + (f" (gpupool fabric show {output} --unattributed says why)" if result.unattributed_hcas else "")
     )
+
+
+@import_app.command("ibnetdiscover")
+def import_ibnetdiscover(
+    file: Annotated[Path, typer.Argument(help="ibnetdiscover output (default, -g, -p or --node-name-map).")],
+    output: Output,
+    node_name_map: NodeNameMap = None,
+    host_map: HostMap = None,
+    strip_domain: StripDomain = "",
+    allow_unknown_guids: AllowUnknown = False,
+) -> None:
+    """Import `ibnetdiscover` output in any of its formats."""
+    names = _names(node_name_map, host_map, strip_domain)
+    _report(read_ibnetdiscover(file, names=names, allow_unknown_guids=allow_unknown_guids), output)
 
 
 @import_app.command("slurm")
@@ -119,9 +164,28 @@ def generate_leaf_spine(
 def show(
     file: Annotated[Path, typer.Argument(help="Fabric JSON.")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    unattributed: Annotated[
+        bool, typer.Option("--unattributed", help="List every HCA without a host, and why, instead.")
+    ] = False,
 ) -> None:
-    """Summarise a fabric: hosts, GPUs, HCAs, switches per tier, rails, scalable units."""
+    """Summarise a fabric: hosts, GPUs, HCAs, switches per tier, rails, scalable units, how hosts were found."""
     fabric = jsonio.load(file)
+    if unattributed:
+        rows = [
+            {
+                "guid": h.guid,
+                "description": h.description,
+                "leaf": _leaf_name(fabric, h.guid),
+                "reason": h.unattributed_reason,
+            }
+            for h in fabric.unattributed_hcas
+        ]
+        if as_json:
+            typer.echo(json.dumps(rows))
+        else:
+            for r in rows:
+                typer.echo(f"{r['guid']}  {r['leaf'] or '-'}  {r['description']!r}: {r['reason'] or 'unknown'}")
+        return
     s = summarize(fabric)
     if as_json:
         typer.echo(json.dumps(s))
@@ -137,6 +201,13 @@ def show(
         over = s["oversubscription"].get(name)
         table.add_row(f"{name} switches", f"{s['switches'][name]}" + (f"  (max {over}:1 down:up)" if over else ""))
     console.print(table)
+    if s["found_by"]["hosts"]:
+        console.print(
+            "hosts found by: "
+            + ", ".join(f"{m} {n} ({s['found_by']['hcas'].get(m, 0)} HCAs)" for m, n in s["found_by"]["hosts"].items())
+        )
+    for reason, n in s["unattributed_reasons"].items():
+        console.print(f"unattributed: {n} HCAs: {reason}", markup=False)
     if s["gpu_models"]:
         console.print("GPU models: " + ", ".join(f"{m} x{n}" for m, n in s["gpu_models"].items()))
 
@@ -153,6 +224,12 @@ def export_slurm(
         typer.echo(topology_block(fabric, "yaml" if yaml else "conf"), nl=False)
     else:
         typer.echo(topology_conf(fabric), nl=False)
+
+
+@export_app.command("ibnetdiscover")
+def export_ibnetdiscover(file: Annotated[Path, typer.Argument(help="Fabric JSON.")]) -> None:
+    """The fabric as `ibnetdiscover` prints it (ibsim reads it as a fabric to simulate)."""
+    typer.echo(to_ibnetdiscover(jsonio.load(file)), nl=False)
 
 
 @export_app.command("json")

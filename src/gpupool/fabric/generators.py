@@ -212,3 +212,37 @@ def fat_tree(k: int, gpus_per_host: int = 8, spec: ServerSpec | None = None, *, 
             for c in range(half):
                 b.connect(agg, cores[a * half + c])
     return b.build(name or f"fat-tree-k{k}")
+
+
+def rail_optimised(
+    sus: int,
+    hosts_per_su: int,
+    rails: int,
+    spines: int,
+    spec: ServerSpec | None = None,
+    *,
+    speed: str = "NDR",
+    name: str | None = None,
+) -> Fabric:
+    """A rail-optimised leaf/spine of any size: per SU one leaf per rail, host slot n's HCA r on rail leaf r.
+
+    Every leaf has as many uplinks as hosts (1:1), spread round-robin over the spines. ``superpod`` is the
+    NVIDIA reference shape of this; this one exists for shapes the reference does not cover (tests, ibsim).
+    """
+    if min(sus, hosts_per_su, rails, spines) < 1:
+        raise FabricError("scalable units, hosts per SU, rails and spines must all be >= 1")
+    server = replace(spec or DGX_H100, hcas=rails)
+    b = _Builder("ro")
+    ports = max(2 * hosts_per_su, spines)
+    spine_ids = [b.switch(f"spine-{s + 1:02d}", ports=max(ports, sus * rails)) for s in range(spines)]
+    width = max(3, len(str(sus * hosts_per_su)))
+    node = 0
+    for su in range(sus):
+        leaves = [b.switch(f"leaf-su{su + 1:02d}-rail{r + 1}", ports=ports) for r in range(rails)]
+        for _ in range(hosts_per_su):
+            node += 1
+            b.host(f"gpu{node:0{width}d}", server, leaves, speed)
+        for leaf in leaves:
+            for u in range(hosts_per_su):
+                b.connect(leaf, spine_ids[u % spines], speed)
+    return b.build(name or f"rail-optimised-{sus}x{hosts_per_su}x{rails}")

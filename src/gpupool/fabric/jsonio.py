@@ -2,6 +2,8 @@
 
 Only declared facts are written as inputs (switches, HCAs, hosts, links). Derived facts (tiers, rails,
 scalable units) are written too, for readers, under ``derived``; on import they are recomputed, never trusted.
+Fields added after version 1 was first written (an HCA's ``system_guid``, ``found_by`` and
+``unattributed_reason``) are optional on read, so older files still load.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ def to_dict(fabric: Fabric) -> dict[str, Any]:
                 "host": h.host,
                 "link_layer": h.link_layer,
                 "numa_node": h.numa_node,
+                "system_guid": h.system_guid,
+                "found_by": h.found_by,
+                "unattributed_reason": h.unattributed_reason,
             }
             for h in fabric.hcas
         ],
@@ -100,6 +105,9 @@ def from_dict(data: Any, source: str = "<json>") -> Fabric:
                 host=h.get("host"),
                 link_layer=str(h.get("link_layer", "InfiniBand")),
                 numa_node=int(h.get("numa_node", -1)),
+                system_guid=str(h.get("system_guid", "")),
+                found_by=str(h.get("found_by", "")),
+                unattributed_reason=str(h.get("unattributed_reason", "")),
             )
             for h in data["hcas"]
         ]

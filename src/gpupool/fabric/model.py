@@ -53,6 +53,9 @@ class Hca:
     host: str | None = None  # None: the HCA could not be attributed to a host
     link_layer: str = "InfiniBand"
     numa_node: int = -1
+    system_guid: str = ""  # the node's system image GUID; HCAs of one machine may share it ("" unknown)
+    found_by: str = ""  # how ``host`` was found (``attribution.METHODS``); "" when declared (generated, Slurm)
+    unattributed_reason: str = ""  # why ``host`` is None, in words; "" for an attributed HCA
 
 
 @dataclass(frozen=True, slots=True)

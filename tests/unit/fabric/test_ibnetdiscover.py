@@ -11,6 +11,7 @@ import pytest
 from gpupool.domain.errors import ParseError
 from gpupool.fabric import Tier
 from gpupool.fabric.parsers._text import natural_key
+from gpupool.fabric.parsers.attribution import NameSources
 from gpupool.fabric.parsers.ibnetdiscover import (
     IbImport,
     parse_ibnetdiscover,
@@ -209,7 +210,9 @@ def test_node_name_map_renames_a_switch_and_a_ca(tmp_path: Path) -> None:
         '24be05ffff980030   "login01 mlx4_0"  # was stage114\n'
         "0x0000000000000042 ignored-not-in-dump\n"
     )
-    f = read_ibnetdiscover(STAGE, node_name_map=nmap).fabric
+    f = read_ibnetdiscover(
+        STAGE, names=NameSources(node_names=read_node_name_map(nmap)), allow_unknown_guids=True
+    ).fabric
     sw = f.switches[f.switch_index("f4521403001165a0")]
     assert (sw.name, sw.model) == ("edge-5", "SX6036")
     hca = f.hcas[f.hca_index("24be05ffff980030")]

@@ -17,7 +17,7 @@ from gpupool.fabric.parsers._text import (
     sysfs_guid,
 )
 from gpupool.fabric.parsers.ibnetdiscover import read_ibnetdiscover
-from gpupool.fabric.parsers.nodemap import read_node_name_map
+from gpupool.fabric.parsers.nodemap import read_host_map, read_node_name_map
 from gpupool.fabric.parsers.nvidia_smi import parse_topo_matrix
 from gpupool.fabric.parsers.slurm import parse_block_conf, read_topology_conf
 from gpupool.fabric.parsers.sysfs import parse_sysfs_dump
@@ -78,7 +78,7 @@ def test_unreadable_files_are_parse_errors_in_every_reader(tmp_path: Path) -> No
             reader(missing)
         assert e.value.source == str(missing)
     with pytest.raises(ParseError, match="cannot read"):
-        read_ibnetdiscover(TOPO, node_name_map=missing)
+        read_host_map(missing)
 
 
 def test_slurm_reads_a_file_with_a_byte_order_mark(tmp_path: Path) -> None:
