@@ -84,6 +84,7 @@ class AgentSettings:
     stop_workloads_on_exit: bool = False  # the demo's choice; a real node keeps its jobs across agent restarts
     exit_grace_s: float = 2.0
     thresholds: HealthRules = field(default_factory=HealthRules)
+    labels: Mapping[str, str] = field(default_factory=dict)  # registered with the node (--label, a labels file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +285,7 @@ class Agent:
             gpus=tuple(gpus),
             hcas=tuple(hcas),
             running=running,
+            labels=dict(self.settings.labels),
         )
 
     def register(self) -> None:

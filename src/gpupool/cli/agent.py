@@ -21,6 +21,7 @@ from gpupool.agent.daemon import (
 from gpupool.agent.logserver import LogServer
 from gpupool.agent.reporter import ServerClient
 from gpupool.domain.errors import InputError
+from gpupool.domain.labels import parse_assignments, parse_labels_file
 
 
 def agent(
@@ -50,11 +51,18 @@ def agent(
     stop_on_exit: Annotated[
         bool, typer.Option("--stop-workloads-on-exit", help="Stop every workload when the agent exits.")
     ] = False,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", help="A node label key=value (repeatable; wins over the file).")
+    ] = None,
+    labels_file: Annotated[
+        Path | None, typer.Option("--labels-file", help="Node labels, one key=value per line (# comments).")
+    ] = None,
 ) -> None:
     """Run the node agent: register with the server, report telemetry and health, run what it places here."""
     name = host or default_host()
     if interval <= 0:
         raise InputError(f"must be positive, not {interval}", source="--interval")
+    labels = node_labels(label or [], labels_file)
     if emulate:
         if fabric is None:
             raise InputError("--emulate needs --fabric FABRIC.json", source="--emulate")
@@ -70,6 +78,7 @@ def agent(
         # Each node its own jitter by default, yet the same node retries the same way run after run.
         seed=seed if seed is not None else zlib.crc32(name.encode()),
         stop_workloads_on_exit=stop_on_exit,
+        labels=labels,
     )
     (state_dir / "workloads").mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
@@ -86,3 +95,18 @@ def agent(
     finally:
         client.close()
         logs.close()
+
+
+def node_labels(words: list[str], path: Path | None) -> dict[str, str]:
+    """The labels file's, then each ``--label`` over them; a bad one is an InputError naming where it is."""
+    labels: dict[str, str] = {}
+    if path is not None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"cannot read: {e.strerror}", source=str(path)) from None
+        labels = parse_labels_file(text, str(path))
+    sets, removed = parse_assignments(words, "--label")
+    if removed:
+        raise InputError(f"{removed[0]}-: an agent sets labels, it does not remove them", source="--label")
+    return {**labels, **sets}

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from gpupool.client import Client, load_client_config, read_job_file
+from gpupool.domain.labels import parse_assignments
 from gpupool.schemas.api import JobOut, JobSubmit
 
 admin_app = typer.Typer(help="Operator commands (need an admin token).", no_args_is_help=True)
@@ -157,6 +158,19 @@ def undrain(node: str) -> None:
     with _client() as c:
         c.undrain(node)
     typer.echo(f"{node} up")
+
+
+def label(
+    node: str,
+    changes: Annotated[list[str] | None, typer.Argument(help="key=value to set, key- to remove")] = None,
+    fmt: FmtOpt = Fmt.TABLE,
+) -> None:
+    """Show a node's labels; set (key=value) and remove (key-) its admin labels (admin)."""
+    sets, removed = parse_assignments(changes or [], "label")
+    with _client() as c:
+        out = c.set_labels(node, sets, list(removed)) if sets or removed else c.labels(node)
+    rows = [[k, v, "admin" if k in out.admin_labels else "agent"] for k, v in sorted(out.labels.items())]
+    _emit(fmt, ["key", "value", "set by"], rows, out.model_dump())
 
 
 def pools(fmt: FmtOpt = Fmt.TABLE) -> None:

@@ -49,6 +49,9 @@ COMMANDS: dict[str, Entry] = {
     "nodes": Entry(_CLI, "nodes", "List nodes with their GPUs, HCAs, health and heartbeat age.", panel=_OPS),
     "drain": Entry(_CLI, "drain", "Keep a node out of new placements (admin).", panel=_OPS),
     "undrain": Entry(_CLI, "undrain", "Return a drained node to service (admin).", panel=_OPS),
+    "label": Entry(
+        _CLI, "label", "Show a node's labels; set (key=value) and remove (key-) its admin labels (admin).", panel=_OPS
+    ),
     "pools": Entry(_CLI, "pools", "List pools and their calendar versions.", panel=_OPS),
     "admin": Entry(_CLI, "admin_app", "Operator commands (need an admin token).", panel=_OPS),
     "server": Entry(

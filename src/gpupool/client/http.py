@@ -157,6 +157,13 @@ class Client:
     def undrain(self, node: str) -> api.NodeList:
         return self._call("POST", f"/v1/nodes/{node}/undrain", api.NodeList)
 
+    def labels(self, node: str) -> api.LabelsOut:
+        return self._call("GET", f"/v1/nodes/{node}/labels", api.LabelsOut)
+
+    def set_labels(self, node: str, set_: dict[str, str], remove: list[str]) -> api.LabelsOut:
+        body = {"set": set_, "remove": remove}
+        return self._call("PATCH", f"/v1/nodes/{node}/labels", api.LabelsOut, json=body)
+
     def pools(self) -> api.PoolList:
         return self._call("GET", "/v1/pools", api.PoolList)
 

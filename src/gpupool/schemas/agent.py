@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from gpupool.domain.errors import InputError
+from gpupool.domain.labels import check_labels
 
 PROTOCOL_VERSION = 1
 
@@ -60,6 +63,15 @@ class RegisterRequest(_Msg):
     gpus: tuple[GpuInfo, ...] = ()
     hcas: tuple[HcaInfo, ...] = ()
     running: tuple[str, ...] = ()  # assignment ids the agent still runs (after an agent restart)
+    labels: dict[str, str] = Field(default_factory=dict, max_length=256)  # --label and the labels file
+
+    @field_validator("labels")
+    @classmethod
+    def _label_pairs(cls, labels: dict[str, str]) -> dict[str, str]:
+        try:
+            return check_labels(labels, "labels")
+        except InputError as e:
+            raise ValueError(str(e)) from None
 
 
 class RegisterReply(_Msg):

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from gpupool.domain.errors import InputError
+from gpupool.domain.labels import check_labels
 from gpupool.domain.workload import check_command, command_size, env_size
 
 PriorityName = Literal["best_effort", "batch", "normal", "high", "realtime"]
@@ -78,6 +79,12 @@ class JobSubmit(_In):
         argv = info.data.get("command")  # validated first (declared first); absent when it was refused
         _check(lambda: env_size(env) if argv is None else check_command(argv, env))
         return env
+
+    @field_validator("node_selector")
+    @classmethod
+    def _label_pairs(cls, selector: dict[str, str]) -> dict[str, str]:
+        _check(lambda: check_labels(selector, "node_selector"))
+        return selector
 
 
 def _check(rule: Callable[[], object]) -> None:
@@ -166,12 +173,40 @@ class NodeOut(_Out):
     state: Literal["up", "drained", "lost"]
     gpu_model: str
     gpu_count: int
-    labels: dict[str, str]
+    labels: dict[str, str]  # what node selectors match: the agent's labels, admins' values over them
     gpus: list[GpuOut]
     hcas: list[HcaOut]
     last_heartbeat_s: float | None
     heartbeat_age_s: float | None
     agent_url: str
+    agent_labels: dict[str, str] = {}  # configured on the node (--label, a labels file) and derived
+    admin_labels: dict[str, str] = {}  # set with gpupool label / PATCH /v1/nodes/{name}/labels
+
+
+class LabelsIn(_In):
+    """Admin labels to set (``key: value``) and to remove (keys), in one audited change."""
+
+    set: dict[str, str] = Field(default_factory=dict, max_length=256)
+    remove: list[str] = Field(default_factory=list, max_length=256)
+
+    @field_validator("set")
+    @classmethod
+    def _label_pairs(cls, labels: dict[str, str]) -> dict[str, str]:
+        _check(lambda: check_labels(labels, "set"))
+        return labels
+
+    @field_validator("remove")
+    @classmethod
+    def _label_keys(cls, keys: list[str]) -> list[str]:
+        _check(lambda: check_labels(dict.fromkeys(keys, ""), "remove"))
+        return keys
+
+
+class LabelsOut(_Out):
+    node: str
+    labels: dict[str, str]
+    agent_labels: dict[str, str]
+    admin_labels: dict[str, str]
 
 
 class NodeList(_Out):

@@ -12,6 +12,7 @@ from gpupool.server.auth import Authenticator
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.gateway import AgentGateway
 from gpupool.server.hostcache import HostCache
+from gpupool.server.labels import LabelIndex
 from gpupool.server.leader import LeaderLock
 from gpupool.server.liveness import LastSeen
 from gpupool.server.loop import SchedulingLoop, SignalQueue
@@ -34,6 +35,7 @@ class Server:
     metrics: ServerMetrics
     clock: Callable[[], float]
     submits: SubmitWriter
+    labels: LabelIndex  # every node's labels, for the submit-time node_selector check
 
     def close(self) -> None:
         self.loop.stop()
@@ -84,4 +86,5 @@ def build_server(
     auth = Authenticator(store, settings.admin_token, settings.auth_cache_s, clock)
     # The loop folds new jobs in without reading them back; two writers where transactions can overlap.
     submits = SubmitWriter(ops, on_stored=loop.submitted, writers=2 if store.concurrent_writes else 1)
-    return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits)
+    labels = LabelIndex(store.list_nodes, settings.host_cache_s, clock)
+    return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits, labels)

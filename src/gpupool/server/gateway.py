@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from gpupool.domain.errors import GpupoolError, StaleVersionError
-from gpupool.domain.events import HealthGrade
+from gpupool.domain.events import HealthGrade, NodeLabelled
 from gpupool.domain.states import JobState, NodeState
 from gpupool.domain.workload import workload_env
 from gpupool.fabric.export.nccl import nccl_ib_hca
@@ -32,6 +32,7 @@ from gpupool.schemas.agent import (
 )
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.hostcache import HostCache
+from gpupool.server.labels import derived_labels
 from gpupool.server.live import LeafMap, LiveInbox, PortCounters, gpu_events, reasons
 from gpupool.server.liveness import LastSeen
 from gpupool.server.loop import SignalQueue
@@ -85,7 +86,9 @@ class AgentGateway:
             raise AuthError("the join token is unknown, revoked or expired")
         actor = f"agent:{req.host}"
         model = req.gpus[0].model if req.gpus else ""
-        self._store.upsert_node(req.host, gpu_model=model, gpu_count=len(req.gpus), actor=actor)
+        fabric, _ = self._fabrics.current()
+        labels = {**derived_labels(fabric, req), **req.labels}  # the node's configuration wins over derivation
+        self._store.upsert_node(req.host, gpu_model=model, gpu_count=len(req.gpus), labels=labels, actor=actor)
         token = self._ops.register_agent(
             req.host, agent_url=req.agent_url, address=address, inventory=req.model_dump(mode="json"), actor=actor
         )
@@ -93,6 +96,7 @@ class AgentGateway:
         self._hosts.forget_token(req.host)  # the old token stops working here at once
         self._leaves.forget(req.host)  # its HCAs may have changed
         self._hosts.put_node(node)  # a new node, or a changed GPU count
+        self._live.put([NodeLabelled(node.name, node.labels, self._clock())])  # its own, and admins' over them
         self._wake()
         now = self._clock()
         return RegisterReply(

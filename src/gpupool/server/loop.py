@@ -39,6 +39,7 @@ from gpupool.domain.events import (
     JobStarted,
     JobSubmitted,
     NodeDrained,
+    NodeLabelled,
     NodeLost,
     NodeRestored,
 )
@@ -134,6 +135,7 @@ class SchedulingLoop:
         self._reasons: dict[str, tuple[str, str]] = {}
         self._health: dict[str, tuple[HealthGrade, ...]] = {}  # GPU grades the state holds, per host
         self._bad: set[tuple[str, int]] = set()  # (host, GPU) graded BAD whose jobs were requeued
+        self._labels: dict[str, tuple[tuple[str, str], ...]] = {}  # labels the state holds, per host
         # Heartbeats' events (``server.live``), handed over by the gateway after their writes committed.
         self.live = LiveInbox(self.nudge)
         self._sharing = SharingBuilder(store, settings)
@@ -332,6 +334,8 @@ class SchedulingLoop:
                 grades += [HealthGrade.OK] * (e.gpu + 1 - len(grades))
                 grades[e.gpu] = e.grade
                 self._health[e.host] = tuple(grades)  # the store holds it too: the per-cycle diff stays quiet
+            elif isinstance(e, NodeLabelled):
+                self._labels[e.host] = e.labels
 
     def _requeue_bad(self, state: ClusterState, now: float) -> None:
         """A job holding a GPU that turned BAD gets its checkpoint signal and goes back to the queue whole, as
@@ -415,6 +419,8 @@ class SchedulingLoop:
         self._health = {}
         self._bad = set()  # a job the store still places on a BAD GPU is requeued by this cycle
         self._sync_health(state, loaded.nodes, self._clock())
+        self._labels = {}
+        self._sync_labels(state, loaded.nodes, self._clock())
         for ev in self.live.latest():
             try:
                 state.apply(ev)
@@ -499,10 +505,18 @@ class SchedulingLoop:
                     state.apply(GpuHealthChanged(n.name, gpu, grade, now))
             self._health[n.name] = n.health
 
+    def _sync_labels(self, state: ClusterState, nodes: Sequence[NodeRecord], now: float) -> None:
+        """Fold in labels stored by another replica (this one's arrive as ``NodeLabelled`` events)."""
+        for n in nodes:
+            if state.index.fabric.has_host(n.name) and self._labels.get(n.name, ()) != n.labels:
+                state.apply(NodeLabelled(n.name, n.labels, now))
+                self._labels[n.name] = n.labels
+
     def _sync_nodes(self, state: ClusterState, now: float) -> None:
         fabric = state.index.fabric
         nodes = self._store.list_nodes()
         self._sync_health(state, nodes, now)
+        self._sync_labels(state, nodes, now)
         for n in nodes:
             if not fabric.has_host(n.name):
                 continue

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from gpupool.domain.errors import GpupoolError, InputError, NotFoundError
+from gpupool.domain.events import NodeLabelled
 from gpupool.domain.sharing import Quota
 from gpupool.domain.states import JobState
 from gpupool.fabric import jsonio
@@ -23,7 +24,7 @@ from gpupool.schemas import api
 from gpupool.server.auth import actor
 from gpupool.server.convert import job_out, to_spec
 from gpupool.server.core import Server
-from gpupool.store import JobRecord, Principal
+from gpupool.store import JobRecord, NodeRecord, Principal
 from gpupool.store.server_ops import Submission, assignment_id
 
 router = APIRouter(prefix="/v1")
@@ -118,6 +119,10 @@ async def accept_submit(
             raise InputError("a tenant token submits for its own tenant only", source="body.tenant")
         assert who.tenant is not None
         tenant = who.tenant
+    if body.node_selector and not srv.labels.cached_match(body.node_selector.items()):
+        # Refused when no node has every selected label (checked against a fresh read first): else the job
+        # would wait forever with no_matching_hosts.
+        await run_in_threadpool(srv.labels.check, body.node_selector.items())
     now = srv.clock()
     job_id = f"j-{int(now * 1000):x}-{secrets.token_hex(4)}"
     spec = to_spec(body, job_id, tenant, now)
@@ -291,9 +296,34 @@ def list_nodes(srv: Srv, who: Who) -> api.NodeList:
                 last_heartbeat_s=n.last_heartbeat_s,
                 heartbeat_age_s=age,
                 agent_url=a.agent_url if a is not None else "",
+                agent_labels=dict(n.agent_labels),
+                admin_labels=dict(n.admin_labels),
             )
         )
     return api.NodeList(nodes=out)
+
+
+def _labels_out(n: NodeRecord) -> api.LabelsOut:
+    return api.LabelsOut(
+        node=n.name, labels=dict(n.labels), agent_labels=dict(n.agent_labels), admin_labels=dict(n.admin_labels)
+    )
+
+
+@router.get("/nodes/{name}/labels", response_model=api.LabelsOut)
+def get_labels(name: str, srv: Srv, who: Who) -> api.LabelsOut:
+    return _labels_out(srv.store.get_node(name))
+
+
+@router.patch("/nodes/{name}/labels", response_model=api.LabelsOut)
+def set_labels(name: str, body: api.LabelsIn, srv: Srv, who: Admin) -> api.LabelsOut:
+    """Set and remove admin labels (audited as ``node.labels``); the scheduler sees them at its next cycle."""
+    both = sorted(set(body.set) & set(body.remove))
+    if both:
+        raise InputError(f"label {both[0]} is both set and removed", source="body")
+    n = srv.store.set_node_labels(name, body.set, body.remove, actor(who))
+    srv.labels.invalidate()
+    srv.loop.deliver([NodeLabelled(n.name, n.labels, srv.clock())])  # after the commit, as every live event
+    return _labels_out(n)
 
 
 @router.post("/nodes/{name}/drain", response_model=api.NodeList)

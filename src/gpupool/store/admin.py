@@ -37,25 +37,33 @@ from gpupool.store.rows import (
 _FABRIC_ID = 1
 
 
+def _labels(text: str, source: str) -> dict[str, str]:
+    labels = loads(text, source)
+    if not isinstance(labels, dict):
+        raise ParseError("stored labels are not a JSON object", source=source)
+    return {str(k): str(v) for k, v in labels.items()}
+
+
 def node_record(row: NodeRow) -> NodeRecord:
     source = f"node {row.name}"
     try:
         state = NodeState(row.state)
-        labels = loads(row.labels, f"{source} (labels)")
         health = tuple(HealthGrade(int(g)) for g in loads(row.health, f"{source} (health)"))
     except (ValueError, TypeError) as e:
         raise ParseError(f"stored node is malformed: {e}", source=source) from None
-    if not isinstance(labels, dict):
-        raise ParseError("stored labels are not a JSON object", source=source)
+    agent = _labels(row.labels, f"{source} (labels)")
+    admin = _labels(row.admin_labels, f"{source} (admin labels)")
     return NodeRecord(
         name=row.name,
         state=state,
         gpu_model=row.gpu_model,
         gpu_count=row.gpu_count,
-        labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+        labels=tuple(sorted({**agent, **admin}.items())),  # an admin's value wins for a key both set
         health=health,
         last_heartbeat_s=row.last_heartbeat_s,
         version=row.version,
+        agent_labels=tuple(sorted(agent.items())),
+        admin_labels=tuple(sorted(admin.items())),
     )
 
 
@@ -124,6 +132,28 @@ class AdminMixin(StoreBase):
                 return node_record(row)
             data = {"gpu_model": gpu_model, "gpu_count": gpu_count, "labels": dict(labels or {})}
             self._audit(s, actor, action, f"node/{name}", data, now)
+            s.flush()
+            return node_record(row)
+
+    def set_node_labels(self, name: str, set_: Mapping[str, str], remove: Sequence[str], actor: str) -> NodeRecord:
+        """Set and remove admin labels of a node (audited). Removing a label only the node's agent sets is
+        refused: it would come back at the next registration, so it is changed in the agent's configuration."""
+        with self._tx(write=True) as s:
+            row = self._node(s, name)
+            admin = _labels(row.admin_labels, f"node {name} (admin labels)")
+            agent = _labels(row.labels, f"node {name} (labels)")
+            for key in remove:
+                if key not in admin and key in agent:
+                    raise ConflictError(
+                        f"label {key} of node {name} is set by its agent (--label, its labels file, or derived): "
+                        "change the agent's configuration, or set another value here to override it"
+                    )
+            new = {k: v for k, v in admin.items() if k not in remove} | dict(set_)
+            if new != admin:
+                row.admin_labels = dumps(new)
+                row.version += 1
+                data = {"set": dict(set_), "removed": [k for k in remove if k in admin]}
+                self._audit(s, actor, "node.labels", f"node/{name}", data, self._clock())
             s.flush()
             return node_record(row)
 

@@ -36,10 +36,12 @@ class NodeRecord:
     state: NodeState
     gpu_model: str
     gpu_count: int
-    labels: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]  # what the scheduler matches: the agent's, then the admins' over them
     health: tuple[HealthGrade, ...]  # one grade per GPU index; empty until the agent reports
     last_heartbeat_s: float | None
     version: int
+    agent_labels: tuple[tuple[str, str], ...] = ()  # configured on the node and derived, set at registration
+    admin_labels: tuple[tuple[str, str], ...] = ()  # set by admins; they survive the agent registering again
 
 
 @dataclass(frozen=True, slots=True)

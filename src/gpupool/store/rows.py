@@ -109,7 +109,8 @@ class NodeRow(Base):
     state: Mapped[str] = mapped_column(String(16))
     gpu_model: Mapped[str] = mapped_column(String(128), default="")
     gpu_count: Mapped[int] = mapped_column(Integer, default=0)
-    labels: Mapped[str] = mapped_column(Text, default="{}")  # JSON object
+    labels: Mapped[str] = mapped_column(Text, default="{}")  # JSON object: the agent's, replaced at registration
+    admin_labels: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")  # JSON object: admins'
     health: Mapped[str] = mapped_column(Text, default="[]")  # JSON list: one HealthGrade value per GPU
     last_heartbeat_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     version: Mapped[int] = mapped_column(Integer, default=1)

@@ -20,7 +20,7 @@ def test_migrate_from_empty_to_head_matches_the_models(db_url: str) -> None:
         assert schema_drift(engine) == []
         with engine.connect() as conn:
             head = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
-        assert head == "0002"
+        assert head == "0003"
     finally:
         engine.dispose()
 
@@ -87,7 +87,27 @@ def test_0002_adopts_server_tables_made_before_it_and_keeps_their_rows(db_url: s
         migrate(engine)
         with engine.connect() as conn:
             assert conn.execute(sa.text("SELECT host FROM server_agents")).scalars().all() == ["gpu-01"]
-            assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0002"
+            assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0003"
         assert {"server_agents", "server_job_commands"} <= set(sa.inspect(engine).get_table_names())
     finally:
         engine.dispose()
+
+
+def test_0003_gives_existing_nodes_no_admin_labels_and_keeps_their_agents(db_url: str) -> None:
+    engine = make_engine(db_url)
+    try:
+        migrate(engine, "0002")
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO nodes (name, state, gpu_model, gpu_count, labels, health, version)"
+                    " VALUES ('gpu-01', 'up', 'H100', 8, '{\"zone\": \"a\"}', '[]', 1)"
+                )
+            )
+        migrate(engine)
+        assert schema_drift(engine) == []
+    finally:
+        engine.dispose()
+    with Store(db_url) as s:
+        n = s.get_node("gpu-01")
+        assert n.labels == n.agent_labels == (("zone", "a"),) and n.admin_labels == ()

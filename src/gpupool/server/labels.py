@@ -1,0 +1,137 @@
+"""Node labels on the server: the ones derived at registration, and the submit-time check of a selector.
+
+Derived labels (``gpupool.domain.labels``) come from the registering agent's inventory (GPU model) and the
+fabric (leaf, scalable unit, rails, and NVIDIA Topograph's keys where they apply); they are stored with the
+agent's own labels at every registration, so a fabric imported later shows in them when the node next
+registers. ``LabelIndex`` answers, at submit, whether any node has every label of a job's ``node_selector``;
+a selector nobody can match is refused with the labels that do exist, rather than waiting forever.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache
+
+from gpupool.domain import labels as keys
+from gpupool.domain.errors import GpupoolError
+from gpupool.fabric.fabric import Fabric
+from gpupool.fabric.model import Tier
+from gpupool.schemas.agent import RegisterRequest
+from gpupool.store.records import NodeRecord
+
+_SHOWN = 12  # values listed per key in a refusal
+
+
+class NoMatchingNodesError(GpupoolError):
+    code = "NO_MATCHING_NODES"
+
+
+@lru_cache(maxsize=4)
+def _parents(fabric: Fabric) -> tuple[frozenset[int], ...]:
+    """Per switch, the switches one tier up it is cabled to (computed once per fabric)."""
+    ix = {sw.guid: i for i, sw in enumerate(fabric.switches)}
+    up: list[set[int]] = [set() for _ in fabric.switches]
+    for link in fabric.links:
+        a, b = ix.get(link.a.node), ix.get(link.b.node)
+        if a is None or b is None:
+            continue
+        ta, tb = fabric.switches[a].tier, fabric.switches[b].tier
+        if tb == ta + 1:
+            up[a].add(b)
+        elif ta == tb + 1:
+            up[b].add(a)
+    return tuple(frozenset(u) for u in up)
+
+
+def derived_labels(fabric: Fabric | None, inventory: RegisterRequest) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if inventory.gpus:
+        out[keys.GPU_MODEL] = inventory.gpus[0].model
+    if fabric is None or not fabric.has_host(inventory.host):
+        return out
+    h = fabric.host_index(inventory.host)
+    host = fabric.hosts[h]
+    leaves = fabric.host_leaves[h]
+    if host.nvlink_domain:
+        out[keys.TOPOGRAPH_ACCELERATOR] = host.nvlink_domain
+    if not leaves:
+        return out
+    su = int(fabric.leaf_su[leaves[0]])
+    if su >= 0:
+        out[keys.SU] = f"su{su + 1:02d}"
+    out[keys.RAILS] = str(len({int(fabric.leaf_rail[s]) for s in leaves}))
+    if len(leaves) != 1:
+        return out  # one leaf per rail: no single leaf, spine or core names the host's place
+    leaf = leaves[0]
+    out[keys.LEAF] = out[keys.TOPOGRAPH_LEAF] = fabric.switches[leaf].name
+    up = _parents(fabric)
+    spines = [s for s in up[leaf] if fabric.switches[s].tier == Tier.SPINE]
+    if len(spines) == 1:
+        out[keys.TOPOGRAPH_SPINE] = fabric.switches[spines[0]].name
+        cores = [s for s in up[spines[0]] if fabric.switches[s].tier == Tier.CORE]
+        if len(cores) == 1:
+            out[keys.TOPOGRAPH_CORE] = fabric.switches[cores[0]].name
+    return out
+
+
+class LabelIndex:
+    """Every node's labels, for the submit-time selector check (thread-safe).
+
+    Read from the store at most once per ``ttl_s``; a selector the cached labels cannot match is checked again
+    against a fresh read before it is refused, so a label set a moment ago (on any replica) is never refused.
+    A label removed by another replica, or by an agent registering without it, may still let a job in for
+    ``ttl_s``: it then waits with ``no_matching_hosts``, as if the label had gone just after its submit.
+    """
+
+    def __init__(self, nodes: Callable[[], Sequence[NodeRecord]], ttl_s: float, clock: Callable[[], float]) -> None:
+        self._nodes, self._ttl_s, self._clock = nodes, ttl_s, clock
+        self._lock = threading.Lock()
+        self._labels: tuple[frozenset[tuple[str, str]], ...] | None = None
+        self._at = 0.0
+
+    def invalidate(self) -> None:
+        """Labels were removed here: a cached match must not let a job in that nothing can place any more."""
+        with self._lock:
+            self._labels = None
+
+    def cached_match(self, selector: Iterable[tuple[str, str]]) -> bool:
+        """Whether a node matches by the cached labels (no store read; False when none are cached yet)."""
+        wanted = frozenset(selector)
+        with self._lock:
+            labels, fresh = self._labels, self._clock() - self._at < self._ttl_s
+        return labels is not None and fresh and any(wanted <= lab for lab in labels)
+
+    def check(self, selector: Iterable[tuple[str, str]]) -> None:
+        """Raise ``NoMatchingNodesError`` naming the labels that exist unless a node has all of ``selector``
+        (reads the store: call it off the event loop, after ``cached_match`` said no)."""
+        wanted = frozenset(selector)
+        now = self._clock()
+        labels = tuple(frozenset(n.labels) for n in self._nodes())
+        with self._lock:
+            self._labels, self._at = labels, now
+        if not any(wanted <= lab for lab in labels):
+            raise NoMatchingNodesError(refusal(wanted, labels))
+
+
+def refusal(wanted: Iterable[tuple[str, str]], labels: Sequence[Iterable[tuple[str, str]]]) -> str:
+    """'no node has zone=b: zone is a (2 nodes), c (1 node); ...' listing, per key asked for, what exists."""
+    asked = dict(sorted(wanted))
+    values: Mapping[str, Counter[str]] = defaultdict(Counter)
+    for lab in labels:
+        for k, v in lab:
+            values[k][v] += 1
+    parts = []
+    for k in asked:
+        seen = values.get(k)
+        if not seen:
+            parts.append(f"no node has a label {k}")
+            continue
+        shown = ", ".join(f"{v} ({n} node{'s' if n > 1 else ''})" for v, n in sorted(seen.items())[:_SHOWN])
+        more = f" and {len(seen) - _SHOWN} more" if len(seen) > _SHOWN else ""
+        parts.append(f"{k} is {shown}{more}")
+    known = sorted(values)
+    tail = f"; label keys on nodes: {', '.join(known)}" if known else "; no node has any label"
+    ask = ", ".join(f"{k}={v}" for k, v in asked.items())
+    return f"no node has every label of node_selector {ask}: {'; '.join(parts)}{tail}"

@@ -1,0 +1,63 @@
+"""Labels derived at registration from the inventory and the fabric, Topograph's keys only where they apply."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpupool.fabric.fabric import Fabric
+from gpupool.fabric.generators import fat_tree, leaf_spine, superpod
+from gpupool.schemas.agent import GpuInfo, RegisterRequest
+from gpupool.server.labels import derived_labels, refusal
+
+
+def inventory(host: str) -> RegisterRequest:
+    return RegisterRequest(host=host, gpus=(GpuInfo(index=0, model="NVIDIA H100 80GB HBM3", memory_mib=81559),))
+
+
+def test_single_homed_leaf_spine_host_gets_leaf_spine_and_topograph_keys() -> None:
+    got = derived_labels(leaf_spine(2, 1, 2), inventory("node003"))
+    assert got == {
+        "gpupool/gpu-model": "NVIDIA H100 80GB HBM3",
+        "gpupool/leaf": "leaf-02",
+        "gpupool/su": "su02",
+        "gpupool/rails": "1",
+        "network.topology.nvidia.com/leaf": "leaf-02",
+        "network.topology.nvidia.com/spine": "spine-01",
+    }
+
+
+def test_two_spines_above_a_leaf_name_no_single_spine() -> None:
+    got = derived_labels(leaf_spine(2, 2, 2), inventory("node001"))
+    assert got["network.topology.nvidia.com/leaf"] == "leaf-01"
+    assert "network.topology.nvidia.com/spine" not in got
+
+
+def test_rail_optimised_host_has_its_su_and_rails_but_no_single_leaf() -> None:
+    got = derived_labels(superpod(1), inventory("dgx005"))
+    assert got["gpupool/su"] == "su01" and got["gpupool/rails"] == "8"
+    assert not {"gpupool/leaf", "network.topology.nvidia.com/leaf"} & set(got)
+
+
+def test_fat_tree_edge_has_several_aggregation_switches() -> None:
+    got = derived_labels(fat_tree(4), inventory("node001"))
+    assert got["gpupool/leaf"] == "edge-p01-01" and "network.topology.nvidia.com/spine" not in got
+
+
+def test_a_multi_node_nvlink_domain_is_topographs_accelerator() -> None:
+    fab = leaf_spine(1, 1, 2)
+    hosts = [replace(h, nvlink_domain="nvl72-a") for h in fab.hosts]
+    fab = Fabric(switches=fab.switches, hcas=fab.hcas, hosts=hosts, links=fab.links)
+    assert derived_labels(fab, inventory("node001"))["network.topology.nvidia.com/accelerator"] == "nvl72-a"
+
+
+def test_no_fabric_or_unknown_host_gives_the_gpu_model_only() -> None:
+    assert derived_labels(None, inventory("x")) == {"gpupool/gpu-model": "NVIDIA H100 80GB HBM3"}
+    assert derived_labels(leaf_spine(1, 1, 1), inventory("x")) == {"gpupool/gpu-model": "NVIDIA H100 80GB HBM3"}
+
+
+def test_the_refusal_lists_values_per_key_and_the_keys_that_exist() -> None:
+    msg = refusal([("zone", "b")], [[("zone", "a")], [("zone", "a"), ("rack", "1")], [("zone", "c")]])
+    assert msg == (
+        "no node has every label of node_selector zone=b: zone is a (2 nodes), c (1 node); label keys on nodes: rack, zone"
+    )
+    assert refusal([("k", "v")], []).endswith("no node has a label k; no node has any label")
