@@ -27,7 +27,8 @@ STYLES = (
     "slash",  # vendor descriptions; the map says "<host>/U<i+1>"
     "host-map",  # vendor descriptions; a CSV GUID,host file
     "system-guid",  # only the first HCA named; all HCAs of a host share its system image GUID
-    "non-ascii",  # host names outside ASCII ("nœud-003 mlx5_0")
+    "non-ascii",  # host names outside ASCII from a node-name map (the tools print a description's
+    # non-ASCII bytes as spaces, so a map is where such names really come from)
     "mixed",  # each host in one of the above, chosen at random
 )
 _MIXABLE = ("described", "hca-n", "node-name-map", "slash", "host-map", "system-guid")
@@ -66,7 +67,7 @@ def styled(fabric: Fabric, style: str, seed: int = 0) -> Styled:
                 desc = f"{name} HCA-{i + 1}"
             elif s in ("fqdn", "fqdn-strip"):
                 desc = f"{name}.cluster.local mlx5_{i}"
-            elif s == "node-name-map":
+            elif s in ("node-name-map", "non-ascii"):
                 desc = GENERIC
                 map_lines.append(f'0x{g} "{name}"')
             elif s == "slash":

@@ -180,3 +180,29 @@ def test_bad_maps_exit_2_with_file_and_line_and_write_nothing(
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert where in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+IBSIM = DATA / "ibsim" / "rail8-node-name-map"
+
+
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [
+        ("iblinkinfo", "iblinkinfo.txt"),
+        ("iblinkinfo", "iblinkinfo-l.txt"),
+        ("lst", "opensm-subnet.lst"),
+        ("ibnetdiscover", "ibnetdiscover-g.txt"),
+    ],
+)
+def test_new_formats_import_and_refuse_truncated_files(tmp_path: Path, command: str, name: str) -> None:
+    r = gpupool(
+        "fabric", "import", command, IBSIM / name, "--node-name-map", IBSIM / "node-name-map", "-o", "f.json",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 0 and "wrote f.json: 4 hosts" in r.stderr, r.stderr
+    text = (IBSIM / name).read_text().split("\n")
+    cut = len(text) // 2
+    (tmp_path / "cut.txt").write_text("\n".join([*text[:cut], text[cut][: len(text[cut]) // 2]]))
+    r = gpupool("fabric", "import", command, "cut.txt", "-o", "x.json", cwd=tmp_path)
+    assert r.returncode == 2 and "cut.txt:" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()

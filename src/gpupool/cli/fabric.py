@@ -16,7 +16,9 @@ from gpupool.fabric.export.ibnetdiscover import to_ibnetdiscover
 from gpupool.fabric.export.nccl import nccl_topology_env
 from gpupool.fabric.export.slurm import topology_block, topology_conf
 from gpupool.fabric.parsers.attribution import NameSources
+from gpupool.fabric.parsers.iblinkinfo import read_iblinkinfo
 from gpupool.fabric.parsers.ibnetdiscover import IbImport, read_ibnetdiscover
+from gpupool.fabric.parsers.lst import read_lst
 from gpupool.fabric.parsers.nodemap import read_host_map, read_node_name_map
 from gpupool.fabric.parsers.slurm import read_topology_conf
 from gpupool.fabric.summary import summarize
@@ -112,6 +114,34 @@ def import_ibnetdiscover(
     """Import `ibnetdiscover` output in any of its formats."""
     names = _names(node_name_map, host_map, strip_domain)
     _report(read_ibnetdiscover(file, names=names, allow_unknown_guids=allow_unknown_guids), output)
+
+
+@import_app.command("iblinkinfo")
+def import_iblinkinfo(
+    file: Annotated[Path, typer.Argument(help="iblinkinfo output (default or -l).")],
+    output: Output,
+    node_name_map: NodeNameMap = None,
+    host_map: HostMap = None,
+    strip_domain: StripDomain = "",
+    allow_unknown_guids: AllowUnknown = False,
+) -> None:
+    """Import `iblinkinfo` (or `iblinkinfo -l`) output."""
+    names = _names(node_name_map, host_map, strip_domain)
+    _report(read_iblinkinfo(file, names=names, allow_unknown_guids=allow_unknown_guids), output)
+
+
+@import_app.command("lst")
+def import_lst(
+    file: Annotated[Path, typer.Argument(help="ibdiagnet2.lst or opensm-subnet.lst.")],
+    output: Output,
+    node_name_map: NodeNameMap = None,
+    host_map: HostMap = None,
+    strip_domain: StripDomain = "",
+    allow_unknown_guids: AllowUnknown = False,
+) -> None:
+    """Import an LST link list (ibdiagnet's `ibdiagnet2.lst`, opensm's `opensm-subnet.lst`)."""
+    names = _names(node_name_map, host_map, strip_domain)
+    _report(read_lst(file, names=names, allow_unknown_guids=allow_unknown_guids), output)
 
 
 @import_app.command("slurm")

@@ -81,6 +81,9 @@ class LinkDump:
     nodes: tuple[DumpNode, ...]
     halves: tuple[HalfLink, ...]
     ports_report: bool  # True when CAs are known by port GUID and a link may be listed from one side only
+    # Names the tool substituted from a node-name map where the node's own line kept its description
+    # (``ibnetdiscover --node-name-map`` renames peers in port lines only): GUID -> name.
+    tool_names: tuple[tuple[str, str], ...] = ()
 
 
 def split_switch_description(description: str) -> tuple[str, str]:
@@ -199,7 +202,8 @@ def assemble(dump: LinkDump, source: str, sources: NameSources, *, allow_unknown
     nodes = {nd.guid: nd for nd in dump.nodes}
     node_names = _keyed(sources.node_names, nodes, dump.ports_report, allow_unknown_guids, warnings)
     host_map = _keyed(sources.host_map, nodes, dump.ports_report, allow_unknown_guids, warnings)
-    sources = replace(sources, node_names=node_names, host_map=host_map)
+    sources = replace(sources, node_names={**dict(dump.tool_names), **node_names}, host_map=host_map)
+    node_names = dict(sources.node_names)
     aggregation = frozenset(
         g for g, nd in nodes.items() if nd.kind == CA and _AGGREGATION_RE.search(node_names.get(g, nd.description))
     )

@@ -74,6 +74,7 @@ def _parse_default(lines: list[str], source: str) -> LinkDump:
     cur_lid: int | None = None
     header_line = 0  # first line of a block whose Switch/Ca line has not come yet
     sysimg = cur_sysimg = ""  # sysimgguid of the block being read / of the node being read
+    seen_as: dict[str, str] = {}  # node GUID -> its description as other nodes' port lines print it
 
     def close() -> None:
         nonlocal cur
@@ -105,6 +106,7 @@ def _parse_default(lines: list[str], source: str) -> LinkDump:
                 cur_lid = int(m.group(7))
             width, speed = link_rate(m.group(10), source, n)
             remote = Port(guid_from_hex(m.group(4)), int(m.group(5)))
+            seen_as.setdefault(remote.node, m.group(8).strip())
             halves.append(HalfLink(Port(cur[1], port), remote, _PREFIX_KIND[m.group(3)], width, speed, n))
         elif (h := _HEADER_RE.fullmatch(line)) is not None:
             close()
@@ -141,7 +143,10 @@ def _parse_default(lines: list[str], source: str) -> LinkDump:
             line=len(lines),
         )
     close()
-    return LinkDump(tuple(nodes), tuple(halves), ports_report=False)
+    renamed = tuple(
+        (nd.guid, seen_as[nd.guid]) for nd in nodes if seen_as.get(nd.guid, nd.description) != nd.description
+    )
+    return LinkDump(tuple(nodes), tuple(halves), ports_report=False, tool_names=renamed)
 
 
 # ---------------------------------------------------------------------------------------------- -p format
