@@ -4,12 +4,15 @@
 ``ServerUnavailableError`` (no answer, or a 5xx: wait with backoff and try again),
 ``NodeUnknownError`` (401/404 on a node call: the server forgot this node or its token; register again)
 and ``RegistrationRefusedError`` (the join token is refused: an operator must fix the configuration).
-A reply that does not parse as the protocol says is a ``ProtocolError``. ``Backoff`` paces retries:
+A reply that does not parse as the protocol says is a ``ProtocolError``; fields and command kinds it does
+not know (a newer server) are ignored and logged once each (``gpupool.schemas.agent``: one protocol
+version apart works; further is refused at registration). ``Backoff`` paces retries:
 exponential, capped, with seeded jitter so that a thousand agents cut off together do not return together.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -19,15 +22,19 @@ from pydantic import BaseModel, ValidationError
 
 from gpupool.domain.errors import GpupoolError
 from gpupool.schemas.agent import (
+    PROTOCOL_VERSION,
     HeartbeatReply,
     HeartbeatRequest,
     RegisterReply,
     RegisterRequest,
     ReportRequest,
+    accepts,
+    unknown_fields,
 )
 
 _M = TypeVar("_M", bound=BaseModel)
 PREFIX = "/v1/agents"
+log = logging.getLogger("gpupool.agent.reporter")
 
 
 class ServerUnavailableError(GpupoolError):
@@ -65,6 +72,7 @@ class ServerClient:
     def __init__(self, base_url: str, *, timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
+        self._ignored: set[tuple[str, ...]] = set()  # unknown fields already logged
 
     def close(self) -> None:
         self._http.close()
@@ -84,9 +92,14 @@ class ServerClient:
 
     def _parse(self, resp: httpx.Response, model: type[_M], path: str) -> _M:
         try:
-            return model.model_validate_json(resp.content)
+            reply = model.model_validate_json(resp.content)
         except ValidationError as e:
             raise ProtocolError(f"{path}: reply is not a {model.__name__}: {e.errors()[:1]}") from e
+        names = unknown_fields(reply)
+        if names and names not in self._ignored:
+            self._ignored.add(names)
+            log.warning("%s: ignored what this agent does not know (a newer server): %s", path, ", ".join(names))
+        return reply
 
     def register(self, join_token: str, req: RegisterRequest) -> RegisterReply:
         resp = self._post("/register", join_token, req)
@@ -94,7 +107,13 @@ class ServerClient:
             raise RegistrationRefusedError(f"join token refused: {_detail(resp)}")
         if resp.status_code >= 400:
             raise RegistrationRefusedError(f"registration refused: {_detail(resp)}")
-        return self._parse(resp, RegisterReply, "/register")
+        reply = self._parse(resp, RegisterReply, "/register")
+        if not accepts(reply.protocol):
+            raise RegistrationRefusedError(
+                f"the server speaks protocol {reply.protocol}, this agent {PROTOCOL_VERSION}: "
+                "more than one version apart; upgrade the older side"
+            )
+        return reply
 
     def _node_call(self, host: str, what: str, node_token: str, body: BaseModel) -> httpx.Response:
         resp = self._post(f"/{host}/{what}", node_token, body)

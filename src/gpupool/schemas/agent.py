@@ -11,23 +11,62 @@ commands for that node. Paths (all under ``/v1/agents``):
 - ``POST /{host}/reports`` with the node token: workload state changes as they happen (started,
   exited, lost), so a finished job need not wait for the next beat.
 
-Unknown fields are refused (``extra="forbid"``): a typo is an error, not silently ignored data.
+Compatibility: agents and servers one protocol version apart work together, so a fleet upgrades node by
+node. Each side is a tolerant reader: a field it does not know (sent by a newer peer) is kept aside in
+``model_extra``, listed by ``unknown_fields`` for the receiver to log once, and otherwise ignored; a command
+kind the agent does not know is dropped from the reply (``HeartbeatReply.dropped_kinds``) while the known
+commands beside it run. Every request carries the sender's ``protocol``; a server answers a request in the
+protocol it declares (it never sends a peer a command kind newer than that peer), and refuses a peer
+further apart than ``PROTOCOL_WINDOW`` (``accepts``), as does the agent with the server's reply.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 
 from gpupool.domain.errors import InputError
 from gpupool.domain.labels import check_labels
 
 PROTOCOL_VERSION = 1
+PROTOCOL_WINDOW = 1  # peers this many versions apart, either way, still work together
+
+
+def accepts(protocol: int) -> bool:
+    """Whether a peer speaking ``protocol`` works with this one."""
+    return abs(protocol - PROTOCOL_VERSION) <= PROTOCOL_WINDOW
 
 
 class _Msg(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # "allow", not "ignore": the unknown fields stay readable, so the receiver can log what it ignored.
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+def unknown_fields(msg: BaseModel, prefix: str = "") -> tuple[str, ...]:
+    """Dotted names of the fields in ``msg`` (and its nested messages) that this protocol does not define.
+
+    Called on every message of a peer of another version: it reads the instances' dicts, not pydantic's
+    field tables, which cost several times more."""
+    names = [f"{prefix}{k}" for k in msg.__pydantic_extra__ or ()]
+    for key, value in msg.__dict__.items():
+        if isinstance(value, tuple):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    names.extend(unknown_fields(item, f"{prefix}{key}[{i}]."))
+        elif isinstance(value, BaseModel):
+            names.extend(unknown_fields(value, f"{prefix}{key}."))
+    if isinstance(msg, HeartbeatReply):
+        names.extend(f"{prefix}commands[kind={k}]" for k in msg.dropped_kinds)
+    return tuple(dict.fromkeys(names))
 
 
 class GpuInfo(_Msg):
@@ -164,11 +203,40 @@ class SignalCommand(_Msg):
 Command = Annotated[LaunchCommand | StopCommand | SignalCommand, Field(discriminator="kind")]
 
 
+# Derived from the union, so a command added to it is known at once.
+_COMMAND_KINDS = frozenset(m.model_fields["kind"].default for m in get_args(get_args(Command)[0]))
+
+
 class HeartbeatReply(_Msg):
     protocol: int = PROTOCOL_VERSION
     commands: tuple[Command, ...] = ()
     heartbeat_interval_s: float
     server_time_s: float
+    _dropped: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _drop_unknown_kinds(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        """A command kind this agent does not know (from a newer server) is dropped, not a failed reply."""
+        dropped: list[str] = []
+        if isinstance(data, dict) and isinstance(data.get("commands"), list | tuple):
+            known = []
+            for c in data["commands"]:
+                kind = c.get("kind") if isinstance(c, dict) else getattr(c, "kind", None)
+                if isinstance(kind, str) and kind not in _COMMAND_KINDS:
+                    dropped.append(kind)
+                else:
+                    known.append(c)
+            data = {**data, "commands": known}
+        reply = handler(data)
+        if dropped:
+            reply._dropped = tuple(dropped)
+        return reply
+
+    @property
+    def dropped_kinds(self) -> tuple[str, ...]:
+        """The command kinds left out of ``commands`` because this protocol does not know them."""
+        return self._dropped
 
 
 class ReportRequest(_Msg):

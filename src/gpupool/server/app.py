@@ -30,7 +30,7 @@ from gpupool.schemas import api
 from gpupool.server.auth import bearer
 from gpupool.server.core import build_server
 from gpupool.server.fastsubmit import SubmitFastPath
-from gpupool.server.gateway import AuthError
+from gpupool.server.gateway import AuthError, ProtocolUnsupportedError
 from gpupool.server.routes import AgentUnreachableError, ForbiddenError, Srv, router
 from gpupool.server.settings import Settings
 from gpupool.web import mount as mount_dashboard
@@ -44,7 +44,12 @@ _STATUS: tuple[tuple[type[GpupoolError], int], ...] = (
     (ConflictError, 409),
     (TransitionError, 409),
     (AgentUnreachableError, 502),
+    (ProtocolUnsupportedError, 426),
 )
+
+
+# An agent more than one protocol version from this server (gateway.check_protocol).
+_PROTOCOL: dict[int | str, dict[str, object]] = {426: {"model": api.ErrorOut, "description": "protocol too far apart"}}
 
 
 def _error(request: Request, exc: Exception) -> JSONResponse:
@@ -113,27 +118,28 @@ def create_app(
     def metrics(s: Srv) -> Response:
         return Response(s.metrics.render(), media_type="text/plain; version=0.0.4")
 
-    @app.post("/v1/agents/register", response_model=proto.RegisterReply)
+    @app.post("/v1/agents/register", response_model=proto.RegisterReply, responses=_PROTOCOL)
     def register(
         body: proto.RegisterRequest, request: Request, s: Srv, authorization: Annotated[str | None, Header()] = None
     ) -> proto.RegisterReply:
-        if body.protocol != proto.PROTOCOL_VERSION:
-            raise InputError(f"protocol {body.protocol} is not spoken here (1 is)", source="body.protocol")
+        s.gateway.check_protocol(body.host, body)
         address = body.address or (request.client.host if request.client is not None else "")
         return s.gateway.register(body, bearer(authorization), address)
 
-    @app.post("/v1/agents/{host}/heartbeat", response_model=proto.HeartbeatReply)
+    @app.post("/v1/agents/{host}/heartbeat", response_model=proto.HeartbeatReply, responses=_PROTOCOL)
     def heartbeat(
         host: str, body: proto.HeartbeatRequest, s: Srv, authorization: Annotated[str | None, Header()] = None
     ) -> proto.HeartbeatReply:
         s.gateway.check_node(host, bearer(authorization))
+        s.gateway.check_protocol(host, body)
         return s.gateway.heartbeat(host, body)
 
-    @app.post("/v1/agents/{host}/reports", status_code=204, response_class=Response)
+    @app.post("/v1/agents/{host}/reports", status_code=204, response_class=Response, responses=_PROTOCOL)
     def reports(
         host: str, body: proto.ReportRequest, s: Srv, authorization: Annotated[str | None, Header()] = None
     ) -> Response:
         s.gateway.check_node(host, bearer(authorization))
+        s.gateway.check_protocol(host, body)
         s.gateway.report(host, body.workloads)
         return Response(status_code=204)
 

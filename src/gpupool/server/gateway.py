@@ -21,14 +21,19 @@ from gpupool.domain.states import JobState, NodeState
 from gpupool.domain.workload import workload_env
 from gpupool.fabric.export.nccl import nccl_ib_hca
 from gpupool.schemas.agent import (
+    PROTOCOL_VERSION,
+    PROTOCOL_WINDOW,
     Command,
     HeartbeatReply,
     HeartbeatRequest,
     LaunchCommand,
     RegisterReply,
     RegisterRequest,
+    ReportRequest,
     StopCommand,
     WorkloadStatus,
+    accepts,
+    unknown_fields,
 )
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.hostcache import HostCache
@@ -48,6 +53,12 @@ _LIVE = (JobState.PLACED, JobState.RUNNING)
 
 class AuthError(GpupoolError):
     code = "UNAUTHENTICATED"
+
+
+class ProtocolUnsupportedError(GpupoolError):
+    """An agent further from this server's protocol than the compatibility window: one side must upgrade."""
+
+    code = "PROTOCOL_UNSUPPORTED"
 
 
 class AgentGateway:
@@ -79,6 +90,31 @@ class AgentGateway:
         # Process-local: agents repeat their workloads' states on every beat.
         self._started: dict[str, set[str]] = defaultdict(set)
         self._done: dict[str, set[str]] = defaultdict(set)
+        self._ignored: set[tuple[str, tuple[str, ...]]] = set()  # (host, unknown fields) already logged
+
+    # -- protocol versions -------------------------------------------------------------------------------------
+    def check_protocol(self, host: str, msg: RegisterRequest | HeartbeatRequest | ReportRequest) -> None:
+        """Refuse an agent too far from this server's protocol; log, once per host, the fields ignored.
+
+        Only a peer of another version sends fields this server does not know, so a same-version heartbeat
+        (the steady state) is not walked for them."""
+        if msg.protocol == PROTOCOL_VERSION:
+            return
+        if not accepts(msg.protocol):
+            lo, hi = PROTOCOL_VERSION - PROTOCOL_WINDOW, PROTOCOL_VERSION + PROTOCOL_WINDOW
+            raise ProtocolUnsupportedError(
+                f"agent {host} speaks protocol {msg.protocol}; this server speaks {PROTOCOL_VERSION} and works "
+                f"with agents of {lo} to {hi}: upgrade the older side (one release at a time)"
+            )
+        names = unknown_fields(msg)
+        if names and (host, names) not in self._ignored:
+            self._ignored.add((host, names))
+            log.warning(
+                "agent %s (protocol %d): ignored fields this server does not know: %s",
+                host,
+                msg.protocol,
+                ", ".join(names),
+            )
 
     # -- register ----------------------------------------------------------------------------------------------
     def register(self, req: RegisterRequest, join_token: str, address: str) -> RegisterReply:
