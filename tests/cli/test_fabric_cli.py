@@ -206,3 +206,37 @@ def test_new_formats_import_and_refuse_truncated_files(tmp_path: Path, command: 
     r = gpupool("fabric", "import", command, "cut.txt", "-o", "x.json", cwd=tmp_path)
     assert r.returncode == 2 and "cut.txt:" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.json").exists()
+
+
+def test_an_import_without_gpus_is_refused_clearly_then_merged(tmp_path: Path) -> None:
+    """`sim run --fabric` and `export nccl` on an ibnetdiscover import crashed; now they say what to do."""
+    ok(
+        "fabric",
+        "import",
+        "ibnetdiscover",
+        DATA / "ibsim" / "fat-tree-k4" / "ibnetdiscover.txt",
+        "-o",
+        "f.json",
+        cwd=tmp_path,
+    )
+    r = gpupool("fabric", "export", "nccl", "f.json", "node001", cwd=tmp_path)
+    assert (
+        r.returncode == 2 and "has no GPUs" in r.stderr and "fabric merge" in r.stderr and "Traceback" not in r.stderr
+    )
+    (tmp_path / "trace.csv").write_text("job_id,submission_time,duration,num_gpu\nj1,0,600,8\n")
+    r = gpupool(
+        "sim", "run", "--trace", "trace.csv", "--format", "itp", "--fabric", "f.json", "--policy", "fifo",
+        "--placement", "topology", "--out", "o", cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 2 and "has no GPUs" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = gpupool("fabric", "merge", "f.json", "-o", "m.json", "--gpus-per-host", "8", cwd=tmp_path)
+    assert r.returncode == 2 and "--gpu-model" in r.stderr
+    r = gpupool(
+        "fabric", "merge", "f.json", "-o", "m.json", "--gpus-per-host", "8", "--gpu-model", "H100", cwd=tmp_path
+    )
+    assert r.returncode == 0 and "128 GPUs" in r.stderr and "16 from --gpus-per-host" in r.stderr, r.stderr
+    assert ok("fabric", "export", "nccl", "m.json", "node001", "--gpus", "0", cwd=tmp_path) == "NCCL_IB_HCA==mlx5_0:1\n"
+    (tmp_path / "inv" / "node999").mkdir(parents=True)
+    (tmp_path / "inv" / "node999" / "topo.txt").write_text("x")
+    r = gpupool("fabric", "merge", "f.json", "-o", "n.json", "--inventory", "inv", cwd=tmp_path)
+    assert r.returncode == 2 and "topo.txt" in r.stderr and not (tmp_path / "n.json").exists()

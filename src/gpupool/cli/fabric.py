@@ -15,6 +15,7 @@ from gpupool.fabric import Fabric, Tier, generators, jsonio
 from gpupool.fabric.export.ibnetdiscover import to_ibnetdiscover
 from gpupool.fabric.export.nccl import nccl_topology_env
 from gpupool.fabric.export.slurm import topology_block, topology_conf
+from gpupool.fabric.merge import KNOWN_GPUS, GpuDefaults, merge_gpus, read_inventories, require_gpus
 from gpupool.fabric.parsers.attribution import NameSources
 from gpupool.fabric.parsers.iblinkinfo import read_iblinkinfo
 from gpupool.fabric.parsers.ibnetdiscover import IbImport, read_ibnetdiscover
@@ -190,6 +191,41 @@ def generate_leaf_spine(
     )
 
 
+@app.command("merge")
+def merge(
+    file: Annotated[Path, typer.Argument(help="Fabric JSON (an import).")],
+    output: Output,
+    inventory: Annotated[
+        Path | None,
+        typer.Option(
+            "--inventory",
+            help="Directory of <host>/ directories: nvidia-smi.xml|.txt, topo.txt, ibstat.txt, infiniband/.",
+        ),
+    ] = None,
+    gpus_per_host: Annotated[int, typer.Option("--gpus-per-host", min=0, help="GPUs of hosts without inventory.")] = 0,
+    gpu_model: Annotated[
+        str, typer.Option("--gpu-model", help=f"With --gpus-per-host: {', '.join(KNOWN_GPUS)}, ...")
+    ] = "",
+    gpu_memory_mib: Annotated[int | None, typer.Option("--gpu-memory-mib", min=1, help="For other models.")] = None,
+    nvlink_gbps: Annotated[float | None, typer.Option("--nvlink-gbps", min=0, help="Per-GPU NVLink Gb/s.")] = None,
+) -> None:
+    """Add GPUs to a fabric: per-host inventories, and/or one server model for every other host."""
+    if inventory is None and not gpus_per_host:
+        raise typer.BadParameter("give --inventory DIR, --gpus-per-host N --gpu-model M, or both")
+    if gpus_per_host and not gpu_model:
+        raise typer.BadParameter("--gpus-per-host needs --gpu-model", param_hint="--gpu-model")
+    defaults = GpuDefaults.of(gpus_per_host, gpu_model, gpu_memory_mib, nvlink_gbps) if gpus_per_host else None
+    result = merge_gpus(jsonio.load(file), read_inventories(inventory) if inventory else (), defaults)
+    _save(result.fabric, output)
+    for w in result.warnings:
+        _err.print(f"warning: {w}", markup=False)
+    _err.print(
+        f"{len(result.from_inventory)} hosts from inventories ({len(result.rail_by_affinity)} with GPUs mapped to "
+        f"rail HCAs by PCI affinity), {len(result.from_defaults)} from --gpus-per-host, "
+        f"{len(result.without_gpus)} without GPUs"
+    )
+
+
 @app.command("show")
 def show(
     file: Annotated[Path, typer.Argument(help="Fabric JSON.")],
@@ -291,9 +327,12 @@ def export_nccl(
 ) -> None:
     """NCCL settings (NCCL_IB_HCA: the rail HCAs of those GPUs) as shell assignments."""
     fabric = jsonio.load(file)
+    require_gpus(fabric, str(file), ["fabric export nccl"])
     if not fabric.has_host(host):
         raise InputError(f"no host {host!r} in the fabric", source=str(file))
     count = len(fabric.host(host).gpus)
+    if count == 0:
+        raise InputError(f"host {host} has no GPUs in the fabric (gpupool fabric merge adds them)", source=str(file))
     try:
         chosen = [int(g) for g in gpus.split(",")] if gpus else list(range(count))
     except ValueError as e:

@@ -390,6 +390,9 @@ class Fabric:
     def host_index(self, name: str) -> int:
         return self._host_ix[name]
 
+    def has_hca(self, guid: str) -> bool:
+        return guid in self._hca_ix
+
     def has_host(self, name: str) -> bool:
         return name in self._host_ix
 

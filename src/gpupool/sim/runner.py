@@ -11,6 +11,7 @@ from gpupool.domain.errors import InputError
 from gpupool.domain.jobs import Scope, TopologyMode, TopologyRequirement
 from gpupool.fabric import jsonio
 from gpupool.fabric.fabric import Fabric
+from gpupool.fabric.merge import require_gpus
 from gpupool.fabric.model import Domain
 from gpupool.sim.engine import Engine, Progress, SimResult, scheduler_config
 from gpupool.sim.fabrics import nodes_fabric, uniform_fabric
@@ -35,7 +36,9 @@ def cluster_fabric(trace: Trace, fabric_path: Path | None, gpus: int | None, gpu
     if fabric_path is not None and gpus is not None:
         raise InputError("give either --fabric or --gpus, not both", source="cluster options")
     if fabric_path is not None:
-        return jsonio.load(fabric_path)
+        fabric = jsonio.load(fabric_path)
+        require_gpus(fabric, str(fabric_path), ["the simulator"])
+        return fabric
     if gpus is not None:
         return uniform_fabric(gpus, gpus_per_host)
     if trace.nodes:

@@ -11,10 +11,30 @@ from gpupool.domain.errors import InputError
 from gpupool.fabric.model import Gpu, Hca, Host
 from gpupool.fabric.parsers._text import natural_key
 from gpupool.fabric.parsers.ibstat import hcas_from_ibstat, parse_ibstat
-from gpupool.fabric.parsers.nvidia_smi import parse_query_text, parse_query_xml, parse_topo_matrix
+from gpupool.fabric.parsers.nvidia_smi import SmiReport, parse_query_text, parse_query_xml, parse_topo_matrix
+from gpupool.fabric.parsers.nvidia_smi_topo import TopoMatrix
 
 # One NVLink (generations 2-4: V100, A100, H100) carries 25 GB/s each way = 200 Gb/s.
 NVLINK_LINK_GBPS = 200.0
+
+
+def gpus_from(report: SmiReport | None, matrix: TopoMatrix | None, *, source: str) -> tuple[Gpu, ...]:
+    """GPUs of a query report, with NVLink islands and NUMA nodes from ``topo -m`` when there is one.
+
+    Without a matrix every GPU is its own NVLink island, since nothing shows they share one; a matrix that
+    counts other GPUs than the report is an ``InputError``.
+    """
+    if report is None:
+        return ()
+    if matrix is not None and len(matrix.gpus) != len(report.gpus):
+        raise InputError(
+            f"nvidia-smi -q -x lists {len(report.gpus)} GPUs but topo -m shows {len(matrix.gpus)}", source=source
+        )
+    islands = matrix.nvlink_islands() if matrix is not None else tuple(range(len(report.gpus)))
+    return tuple(
+        g.to_gpu(i, nvlink_island=islands[i], numa_node=matrix.numa[matrix.gpus[i]] if matrix is not None else None)
+        for i, g in enumerate(report.gpus)
+    )
 
 
 def host_from_tools(
@@ -43,21 +63,7 @@ def host_from_tools(
     cas = parse_ibstat(ibstat, source=f"{name}: ibstat") if ibstat is not None else ()
     hcas = tuple(sorted(hcas_from_ibstat(cas, host=name), key=lambda h: natural_key(h.name)))
 
-    gpus: tuple[Gpu, ...] = ()
-    if report is not None:
-        if matrix is not None and len(matrix.gpus) != len(report.gpus):
-            raise InputError(
-                f"nvidia-smi -q -x lists {len(report.gpus)} GPUs but topo -m shows {len(matrix.gpus)}", source=name
-            )
-        islands = matrix.nvlink_islands() if matrix is not None else tuple(range(len(report.gpus)))
-        gpus = tuple(
-            g.to_gpu(
-                i,
-                nvlink_island=islands[i],
-                numa_node=matrix.numa[matrix.gpus[i]] if matrix is not None else None,
-            )
-            for i, g in enumerate(report.gpus)
-        )
+    gpus = gpus_from(report, matrix, source=name)
 
     gpu_hca: tuple[int, ...] = ()
     if matrix is not None and hcas and len(matrix.gpus) == len(gpus):
