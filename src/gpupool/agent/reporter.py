@@ -13,14 +13,16 @@ exponential, capped, with seeded jitter so that a thousand agents cut off togeth
 from __future__ import annotations
 
 import logging
+import ssl
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import httpx
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from gpupool.domain.errors import GpupoolError
+from gpupool.domain.errors import GpupoolError, InputError
 from gpupool.schemas.agent import (
     PROTOCOL_VERSION,
     HeartbeatReply,
@@ -69,9 +71,23 @@ def _detail(resp: httpx.Response) -> str:
 class ServerClient:
     """One HTTP connection pool to the server. ``transport`` lets a benchmark hand in an in-process app."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+        ca_bundle: Path | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport)
+        # An https server is checked against ``ca_bundle`` when given (a private CA), else the usual public CAs.
+        verify: ssl.SSLContext | bool = True
+        if ca_bundle is not None:
+            try:
+                verify = ssl.create_default_context(cafile=str(ca_bundle))
+            except (OSError, ssl.SSLError) as e:
+                raise InputError(f"not a readable PEM CA bundle: {e}", source=str(ca_bundle)) from None
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, transport=transport, verify=verify)
         self._ignored: set[tuple[str, ...]] = set()  # unknown fields already logged
 
     def close(self) -> None:

@@ -29,6 +29,10 @@ def agent(
     join_token: Annotated[
         str, typer.Option("--join-token", envvar="GPUPOOL_JOIN_TOKEN", help="Join token (or $GPUPOOL_JOIN_TOKEN).")
     ],
+    ca_bundle: Annotated[
+        Path | None,
+        typer.Option("--ca-bundle", envvar="GPUPOOL_CA_BUNDLE", help="PEM CA file that signed an https server's."),
+    ] = None,
     host: Annotated[str | None, typer.Option("--host", help="Node name (default: the short hostname).")] = None,
     state_dir: Annotated[Path, typer.Option("--state-dir", help="Workload records and logs.")] = Path(
         "/var/lib/gpupool/agent"
@@ -88,8 +92,8 @@ def agent(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    client = ServerClient(server, ca_bundle=ca_bundle)  # first: a bad CA bundle stops the start here
     logs = LogServer(state_dir / "workloads", log_bind, log_port).start()
-    client = ServerClient(server)
     try:
         Agent(settings, sources, client, log_url=logs.url).run(stop)
     finally:

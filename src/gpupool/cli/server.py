@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
-import logging
+import logging.config
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import uvicorn
 
-from gpupool.server.settings import load_settings
+from gpupool.domain.errors import InputError
+from gpupool.server.app import create_app
+from gpupool.server.logs import log_config
+from gpupool.server.settings import Settings, load_settings
+
+
+def _check_tls(settings: Settings) -> None:
+    """A certificate and its key, both or neither, both files."""
+    if not settings.tls_cert and not settings.tls_key:
+        return
+    for name, path in (("tls_cert", settings.tls_cert), ("tls_key", settings.tls_key)):
+        if not path:
+            raise InputError("tls_cert and tls_key go together: give both or neither", source=name)
+        if not Path(path).is_file():
+            raise InputError(f"no such file: {path}", source=name)
 
 
 def server(
@@ -25,14 +40,18 @@ def server(
     }
     if overrides:
         settings = replace(settings, **overrides)
+    _check_tls(settings)
+    # Configured here, before the app opens its store, so the migrations' lines are formatted too; uvicorn
+    # then only sets its loggers' levels (log_config=None).
+    logging.config.dictConfig(log_config(settings.log_level, settings.log_format))
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # Imported here, not at the top: FastAPI, uvicorn and the scheduler cost ~0.7 s to import, and every client
-    # command (``gpupool jobs``) loads this module through the command registry.
-    import uvicorn  # noqa: PLC0415
-
-    from gpupool.server.app import create_app  # noqa: PLC0415
-
-    app = create_app(settings)
-    # access_log off: request lines carry no secrets here, but at thousands of submits/s they cost a core.
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        log_config=None,
+        access_log=settings.access_log,
+        ssl_certfile=settings.tls_cert or None,
+        ssl_keyfile=settings.tls_key or None,
+    )

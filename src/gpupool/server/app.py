@@ -31,6 +31,7 @@ from gpupool.server.auth import bearer
 from gpupool.server.core import build_server
 from gpupool.server.fastsubmit import SubmitFastPath
 from gpupool.server.gateway import AuthError, ProtocolUnsupportedError
+from gpupool.server.logs import RequestIds
 from gpupool.server.routes import AgentUnreachableError, ForbiddenError, Srv, router
 from gpupool.server.settings import Settings
 from gpupool.web import mount as mount_dashboard
@@ -107,6 +108,8 @@ def create_app(
     app.include_router(router)
     # JSON submits skip FastAPI's per-request machinery (see fastsubmit); the route above serves the rest.
     app.add_middleware(SubmitFastPath, server=srv, error_response=error_response)
+    # Outermost: every request, the fast path's included, gets its id before anything logs.
+    app.add_middleware(RequestIds)
     # The dashboard at / and /ui, behind the same tokens, with the gateway's latest samples per host.
     mount_dashboard(app, telemetry=srv.gateway.telemetry)
 

@@ -53,6 +53,10 @@ class Settings:
     policy: str = "priority"  # the queue policy (scheduler registry: fifo, priority, sjf, hrrn, las, gittins, edf, ...)
     placer: str = "topology"  # the placer (first-fit, best-fit, spread, topology, frag)
     log_level: str = "info"
+    log_format: str = "text"  # or "json": one object per line, each with its request id
+    access_log: bool = True  # one line per request (client, method, path, status, request id)
+    tls_cert: str = ""  # PEM certificate (chain) file: the server speaks HTTPS; needs tls_key
+    tls_key: str = ""  # its PEM private key file (keep it readable by the server's user only)
 
     @property
     def url(self) -> str:
