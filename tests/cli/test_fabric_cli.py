@@ -240,3 +240,28 @@ def test_an_import_without_gpus_is_refused_clearly_then_merged(tmp_path: Path) -
     (tmp_path / "inv" / "node999" / "topo.txt").write_text("x")
     r = gpupool("fabric", "merge", "f.json", "-o", "n.json", "--inventory", "inv", cwd=tmp_path)
     assert r.returncode == 2 and "topo.txt" in r.stderr and not (tmp_path / "n.json").exists()
+
+
+def test_topograph_block_file_labels_and_nvlink_blocks(tmp_path: Path) -> None:
+    block = DATA / "slurm-topology" / "topograph-expected-block-dra.conf.txt"
+    r = gpupool("fabric", "import", "slurm", block, "--nvlink-blocks", "-o", "b.json", cwd=tmp_path)
+    assert r.returncode == 0 and "96 hosts" in r.stderr and "parse_block_conf" not in r.stderr, r.stderr
+    out = ok("fabric", "export", "slurm", "b.json", "--block", "--nvlink", cwd=tmp_path)
+    assert "BlockName=nvl-1-1 Nodes=srv[1101-1108]" in out
+    labels = ok("fabric", "export", "labels", "b.json", "--style", "topograph", cwd=tmp_path)
+    (tmp_path / "nodes.json").write_text(labels)
+    assert json.loads(labels)["items"][0]["metadata"]["labels"]["accelerator.topograph.run/domain"] == "nvl-1-1"
+    ok("fabric", "import", "labels", "nodes.json", "-o", "l.json", cwd=tmp_path)
+    back = jsonio.load(tmp_path / "l.json")
+    assert {h.name: h.nvlink_domain for h in back.hosts} == {
+        h.name: h.nvlink_domain for h in jsonio.load(tmp_path / "b.json").hosts
+    }
+    (tmp_path / "bad.json").write_text(
+        labels.replace('"fabric.topograph.run/tier-0"', '"fabric.topograph.run/tier-9"', 1)
+    )
+    r = gpupool("fabric", "import", "labels", "bad.json", "-o", "x.json", cwd=tmp_path)
+    assert (
+        r.returncode == 2 and "bad.json:" in r.stderr and "no tier-" in r.stderr and not (tmp_path / "x.json").exists()
+    )
+    r = gpupool("fabric", "export", "labels", "b.json", "--style", "k8s", cwd=tmp_path)
+    assert r.returncode == 2 and "unknown style" in r.stderr

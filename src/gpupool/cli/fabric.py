@@ -15,13 +15,14 @@ from gpupool.fabric import Fabric, Tier, generators, jsonio
 from gpupool.fabric.export.ibnetdiscover import to_ibnetdiscover
 from gpupool.fabric.export.nccl import nccl_topology_env
 from gpupool.fabric.export.slurm import topology_block, topology_conf
+from gpupool.fabric.export.topograph import node_labels_json, node_labels_kubectl
 from gpupool.fabric.merge import KNOWN_GPUS, GpuDefaults, merge_gpus, read_inventories, require_gpus
 from gpupool.fabric.parsers.attribution import NameSources
 from gpupool.fabric.parsers.iblinkinfo import read_iblinkinfo
 from gpupool.fabric.parsers.ibnetdiscover import IbImport, read_ibnetdiscover
 from gpupool.fabric.parsers.lst import read_lst
 from gpupool.fabric.parsers.nodemap import read_host_map, read_node_name_map
-from gpupool.fabric.parsers.slurm import read_topology_conf
+from gpupool.fabric.parsers.topograph import LABEL_STYLES, read_node_labels, read_slurm_fabric
 from gpupool.fabric.summary import summarize
 
 app = typer.Typer(help="Discover, generate, inspect and export InfiniBand GPU fabrics.", no_args_is_help=True)
@@ -147,11 +148,23 @@ def import_lst(
 
 @import_app.command("slurm")
 def import_slurm(
-    file: Annotated[Path, typer.Argument(help="Slurm topology.conf (tree plugin).")],
+    file: Annotated[Path, typer.Argument(help="Slurm topology.conf, tree or block plugin (gpupool's, Topograph's).")],
+    output: Output,
+    nvlink_blocks: Annotated[
+        bool, typer.Option("--nvlink-blocks", help="Blocks are multi-node NVLink domains (Topograph's GB200 racks).")
+    ] = False,
+) -> None:
+    """Import a Slurm `topology.conf` (tree or block form)."""
+    _save(read_slurm_fabric(file, nvlink_blocks=nvlink_blocks), output)
+
+
+@import_app.command("labels")
+def import_labels(
+    file: Annotated[Path, typer.Argument(help="kubectl get nodes -o json, or kubectl get nodes --show-labels.")],
     output: Output,
 ) -> None:
-    """Import a Slurm `topology.conf`."""
-    _save(read_topology_conf(file), output)
+    """Import NVIDIA Topograph's node labels (any of its three key families)."""
+    _save(read_node_labels(file), output)
 
 
 @generate_app.command("superpod")
@@ -283,11 +296,18 @@ def export_slurm(
     file: Annotated[Path, typer.Argument(help="Fabric JSON.")],
     block: Annotated[bool, typer.Option("--block", help="The block plugin (one block per scalable unit).")] = False,
     yaml: Annotated[bool, typer.Option("--yaml", help="With --block: Slurm's topology.yaml form.")] = False,
+    nvlink: Annotated[
+        bool, typer.Option("--nvlink", help="With --block: one block per multi-node NVLink domain, as Topograph.")
+    ] = False,
 ) -> None:
     """Slurm topology.conf (tree plugin) on stdout; --block for the block plugin."""
     fabric = jsonio.load(file)
     if block:
-        typer.echo(topology_block(fabric, "yaml" if yaml else "conf"), nl=False)
+        try:
+            text = topology_block(fabric, "yaml" if yaml else "conf", "nvlink" if nvlink else "su")
+        except ValueError as e:
+            raise InputError(str(e), source=str(file)) from e
+        typer.echo(text, nl=False)
     else:
         typer.echo(topology_conf(fabric), nl=False)
 
@@ -296,6 +316,28 @@ def export_slurm(
 def export_ibnetdiscover(file: Annotated[Path, typer.Argument(help="Fabric JSON.")]) -> None:
     """The fabric as `ibnetdiscover` prints it (ibsim reads it as a fabric to simulate)."""
     typer.echo(to_ibnetdiscover(jsonio.load(file)), nl=False)
+
+
+@export_app.command("labels")
+def export_labels(
+    file: Annotated[Path, typer.Argument(help="Fabric JSON.")],
+    style: Annotated[
+        str,
+        typer.Option(
+            "--style",
+            help="nvidia: network.topology.nvidia.com/{leaf,spine,core,accelerator}; nvidia-tiers; "
+            "topograph: fabric.topograph.run/tier-N (Topograph 1.0).",
+        ),
+    ] = "nvidia",
+    kubectl: Annotated[bool, typer.Option("--kubectl", help="`kubectl label node` commands instead of JSON.")] = False,
+) -> None:
+    """NVIDIA Topograph's Kubernetes node labels for every host, as a JSON List of nodes (or kubectl commands)."""
+    if style not in LABEL_STYLES:
+        raise typer.BadParameter(
+            f"unknown style {style!r}; choose one of {', '.join(LABEL_STYLES)}", param_hint="--style"
+        )
+    fabric = jsonio.load(file)
+    typer.echo((node_labels_kubectl if kubectl else node_labels_json)(fabric, style), nl=False)
 
 
 @export_app.command("json")

@@ -51,11 +51,12 @@ def test_topograph_tree_fixture_imports_as_three_tiers() -> None:
     f = read_topology_conf(TREE)
     assert len(f.hosts) == 96 and f.gpu_count == 0
     assert [len(f.switches_at(t)) for t in (Tier.LEAF, Tier.SPINE, Tier.CORE)] == [12, 6, 1]
+    # Topograph's "# switch.1.1=leaf-1-1" comments give each switch its real name back.
     leaves = {f.switches[s].name: [f.hosts[h].name for h in hs] for s, hs in f.leaf_hosts.items()}
-    assert leaves["switch.1.1"] == expand("srv[1101-1108]")
-    assert leaves["switch.1.12"] == expand("srv[6201-6208]")
-    assert children(f)["switch.3.1"] == {f"switch.2.{i}" for i in range(1, 7)}
-    assert children(f)["switch.2.6"] == {"switch.1.11", "switch.1.12"}
+    assert leaves["leaf-1-1"] == expand("srv[1101-1108]")
+    assert leaves["leaf-6-2"] == expand("srv[6201-6208]")
+    assert children(f)["core"] == {f"spine-{i}" for i in range(1, 7)}
+    assert children(f)["spine-6"] == {"leaf-6-1", "leaf-6-2"}
     # Every host has one synthetic HCA, attributed to it, with a GUID derived from its name alone.
     host = f.host("srv1101")
     hca = f.hcas[f.hca_index(host.hcas[0])]
@@ -218,7 +219,8 @@ def test_name_clashes_after_sanitising_stay_distinct() -> None:
     f = make_fabric({"a b": ["h1"], "a:b": ["h2"]})
     again = parse_topology_conf(topology_conf(f))
     assert leaf_partition(again) == {frozenset({"h1"}), frozenset({"h2"})}
-    assert sorted(s.name for s in again.switches) == ["a_b", "a_b_2"]
+    assert "SwitchName=a_b " in topology_conf(f) and "SwitchName=a_b_2 " in topology_conf(f)
+    assert sorted(s.name for s in again.switches) == ["a b", "a:b"]  # the "# a_b='a b'" comments
 
 
 def test_hosts_on_no_leaf_are_left_out_with_a_note() -> None:
@@ -305,5 +307,5 @@ def test_topology_yaml_reads_back_to_the_su_partition() -> None:
 
 def test_block_export_of_a_fabric_without_hosts_is_refused() -> None:
     empty = Fabric(switches=[Switch("00000000000000aa", "lonely", 4)], hcas=[], hosts=[], links=[])
-    with pytest.raises(ValueError, match="no hosts under a leaf"):
+    with pytest.raises(ValueError, match="no hosts in any scalable unit"):
         topology_block(empty, "conf")

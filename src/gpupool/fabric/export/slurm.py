@@ -174,30 +174,60 @@ def _yaml_str(s: str) -> str:
     return json.dumps(s)  # a JSON string is a valid YAML double-quoted scalar
 
 
-def topology_block(fabric: Fabric, form: Literal["conf", "yaml"] = "conf") -> str:
-    """Slurm's block plugin, one block per scalable unit: ``topology.conf`` lines or ``topology.yaml``.
+def _nvlink_blocks(fabric: Fabric) -> tuple[list[tuple[str, str, list[str]]], list[str]]:
+    """(block name, its comment, nodes) per multi-node NVLink domain, and the hosts in none.
+
+    The comment is Topograph's ``# block001=nvl1`` form, so a reader can recover the domain's own name.
+    """
+    domains: dict[str, list[str]] = defaultdict(list)
+    outside: list[str] = []
+    for host in fabric.hosts:
+        (domains[host.nvlink_domain] if host.nvlink_domain else outside).append(host.name)
+    names = _Names()
+    blocks = [
+        (name, f"{name}={d}", nodes)
+        for d, nodes in sorted(domains.items(), key=lambda kv: hostlist_key(kv[0]))
+        if (name := names.take(d))
+    ]
+    return blocks, outside
+
+
+def topology_block(fabric: Fabric, form: Literal["conf", "yaml"] = "conf", by: Literal["su", "nvlink"] = "su") -> str:
+    """Slurm's block plugin: ``topology.conf`` lines or ``topology.yaml``, one block per scalable unit, or
+    (``by="nvlink"``) per multi-node NVLink domain, as NVIDIA Topograph writes blocks for GB200 racks.
 
     The YAML is the Slurm 25.05 ``topology.yaml`` layout: a list of topologies, here one named ``default``
-    and marked ``cluster_default``. Raises ``ValueError`` when no host sits under a leaf switch.
+    and marked ``cluster_default``. Raises ``ValueError`` when no host is in any block.
     """
     groups = list(fabric.su_leaves)
-    members, multi, orphans = _host_groups(fabric, groups)
-    blocks = [(_su_label(i, len(groups)), i, nodes) for i, nodes in enumerate(members) if nodes]
+    if by == "nvlink":
+        blocks, orphans = _nvlink_blocks(fabric)
+        multi: list[str] = []
+        unit = "multi-node NVLink domain"
+    else:
+        members, multi, orphans = _host_groups(fabric, groups)
+        blocks = [
+            (label, f"{label} stands for {_names_text(fabric.switches[s].name for s in groups[i])}", nodes)
+            for i, nodes in enumerate(members)
+            if nodes and (label := _su_label(i, len(groups)))
+        ]
+        unit = "scalable unit"
     if not blocks:
-        raise ValueError(f"fabric {fabric.name!r} has no hosts under a leaf switch, so no blocks")
+        raise ValueError(f"fabric {fabric.name!r} has no hosts in any {unit}, so no blocks")
     sizes = block_sizes([len(nodes) for _, _, nodes in blocks])
     notes = [
         f"Slurm topology ({'topology.yaml' if form == 'yaml' else 'topology/block'}) for fabric {fabric.name!r},"
-        " written by gpupool: one block per scalable unit."
+        f" written by gpupool: one block per {unit}."
     ]
     if multi:
         notes.append(f"Hosts reaching more than one scalable unit, listed under their first: {_names_text(multi)}")
     if orphans:
-        notes.append(f"Hosts under no leaf switch, left out: {_names_text(orphans)}")
+        where = "in no multi-node NVLink domain" if by == "nvlink" else "under no leaf switch"
+        notes.append(f"Hosts {where}, left out: {_names_text(orphans)}")
     if form == "conf":
         lines = [f"# {n}" for n in notes]
-        for name, g, nodes in blocks:
-            lines.append(f"# {name} stands for {_names_text(fabric.switches[s].name for s in groups[g])}")
+        for name, comment, nodes in blocks:
+            lines.append(f"# {comment}")
             lines.append(f"BlockName={name} Nodes={compress(nodes)}")
         lines.append("BlockSizes=" + ",".join(str(s) for s in sizes))
         return "\n".join(lines) + "\n"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -59,6 +59,7 @@ _LINE_KEYS: dict[str, frozenset[str]] = {
 }
 _PAIR = re.compile(r'\s*([^=\s"]+)=("[^"]*"|[^\s"]*)')
 _NAME_BAD = re.compile(r"[\[\],=\"\s]")
+_ALIAS = re.compile(r"#\s*([A-Za-z0-9._-]+)=(\S.*)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,7 @@ class SlurmTree:
 
     switches: tuple[SlurmSwitch, ...]
     source: str = ""
+    aliases: tuple[tuple[str, str], ...] = ()  # ``# switch.1.1=leaf-1-1`` comments: Slurm name -> real name
 
     def leaf_nodes(self) -> dict[str, tuple[str, ...]]:
         """Leaf switch name -> its nodes, for the switches that list nodes."""
@@ -105,6 +107,7 @@ class SlurmBlocks:
     blocks: tuple[SlurmBlock, ...]
     block_sizes: tuple[int, ...] = ()
     source: str = ""
+    aliases: tuple[tuple[str, str], ...] = ()  # ``# block001=nvl1`` comments: block name -> domain name
 
     @property
     def base_block_size(self) -> int:
@@ -242,6 +245,20 @@ def _uint(value: str, key: str, line: int, source: str) -> int:
 # ---------------------------------------------------------------- parsing
 
 
+def _aliases(text: str) -> tuple[tuple[str, str], ...]:
+    """``# <name>=<real name>`` comment lines, as NVIDIA Topograph (``# switch.2.1=spine-1``) and gpupool
+    (``# leaf_1='leaf 1'``) write them beside a name Slurm could not take as is."""
+    out: dict[str, str] = {}
+    for raw in text.split("\n"):
+        m = _ALIAS.fullmatch(raw.strip())
+        if m is not None:
+            real = m.group(2).strip()
+            if len(real) >= 2 and real[0] == real[-1] and real[0] in "'\"":
+                real = real[1:-1]
+            out.setdefault(m.group(1), real)
+    return tuple(out.items())
+
+
 def parse_slurm_topology(text: str, *, source: str = "<topology.conf>") -> SlurmTree | SlurmBlocks:
     """Parse either form of ``topology.conf``; which one is decided by the first line's kind."""
     switch_lines: list[SlurmSwitch] = []
@@ -287,9 +304,9 @@ def parse_slurm_topology(text: str, *, source: str = "<topology.conf>") -> Slurm
             block_sizes = _block_sizes(value, line, source)
             sizes_line = line
     if form == "tree":
-        return _validate_tree(switch_lines, source)
+        return replace(_validate_tree(switch_lines, source), aliases=_aliases(text))
     if form == "block":
-        return _validate_blocks(blocks, block_sizes or (), sizes_line, source)
+        return replace(_validate_blocks(blocks, block_sizes or (), sizes_line, source), aliases=_aliases(text))
     raise ParseError("no SwitchName= or BlockName= lines: an empty topology", source=source)
 
 
@@ -411,7 +428,10 @@ def synthetic_guid(kind: str, name: str) -> str:
 
 
 def tree_to_fabric(tree: SlurmTree, *, name: str = "slurm-topology") -> Fabric:
-    """Switches, synthetic HCAs and links for a validated tree (see the module notes for what is synthetic)."""
+    """Switches, synthetic HCAs and links for a validated tree (see the module notes for what is synthetic).
+
+    A switch keeps the real name a ``# <name>=<real name>`` comment gives it (Topograph's ``switch.1.1``).
+    """
     switches: list[Switch] = []
     hcas: list[Hca] = []
     hosts: list[Host] = []
@@ -435,9 +455,10 @@ def tree_to_fabric(tree: SlurmTree, *, name: str = "slurm-topology") -> Fabric:
             links.append(Link(port(hca), port(leaf)))
         for child in sw.switches:
             links.append(Link(port(guid_of[child]), port(leaf)))
+    real = dict(tree.aliases)
     for sw in tree.switches:
         guid = guid_of[sw.name]
-        switches.append(Switch(guid=guid, name=sw.name, ports=max(next_port.get(guid, 0), 1)))
+        switches.append(Switch(guid=guid, name=real.get(sw.name, sw.name), ports=max(next_port.get(guid, 0), 1)))
     try:
         return Fabric(switches=switches, hcas=hcas, hosts=hosts, links=links, name=name)
     except FabricError as e:  # only a GUID hash collision can get here; say so rather than crash
@@ -454,7 +475,8 @@ def parse_topology_conf(text: str, *, source: str = "<topology.conf>", name: str
     parsed = parse_slurm_topology(text, source=source)
     if isinstance(parsed, SlurmBlocks):
         raise ParseError(
-            "this is a topology/block file (BlockName= lines), not a switch tree; read it with parse_block_conf",
+            "this is a topology/block file (BlockName= lines), not a switch tree; import it with "
+            "`gpupool fabric import slurm`, which reads both forms",
             source=source,
             line=parsed.blocks[0].line,
         )
@@ -470,7 +492,7 @@ def parse_block_conf(text: str, *, source: str = "<topology.conf>") -> SlurmBloc
     parsed = parse_slurm_topology(text, source=source)
     if isinstance(parsed, SlurmTree):
         raise ParseError(
-            "this is a topology/tree file (SwitchName= lines), not blocks; read it with parse_topology_conf",
+            "this is a topology/tree file (SwitchName= lines), not blocks",
             source=source,
             line=parsed.switches[0].line,
         )
