@@ -265,3 +265,27 @@ def test_topograph_block_file_labels_and_nvlink_blocks(tmp_path: Path) -> None:
     )
     r = gpupool("fabric", "export", "labels", "b.json", "--style", "k8s", cwd=tmp_path)
     assert r.returncode == 2 and "unknown style" in r.stderr
+
+
+def test_diff_after_maintenance_exits_1_and_lists_what_dropped(tmp_path: Path) -> None:
+    case = DATA / "ibsim" / "fat-tree-k4" / "ibnetdiscover.txt"
+    text = case.read_text()
+    # the next day: node016's cable is pulled (its CA block and the switch's port line are gone), and the
+    # link of node001 trained at 4xQDR instead of 4xEDR
+    blocks = [b for b in text.split("\n\n") if '\t# "node016 mlx5_0"\n' not in b]  # its own Ca block
+    lines = [line for line in "\n\n".join(blocks).split("\n") if '"node016 mlx5_0"' not in line]  # and the leaf's line
+    n = next(i for i, line in enumerate(lines) if '"node001 mlx5_0"' in line and line.startswith("["))
+    lines[n] = lines[n].replace("4xEDR", "4xQDR")
+    (tmp_path / "after.txt").write_text("\n".join(lines))
+    ok("fabric", "import", "ibnetdiscover", case, "-o", "before.json", cwd=tmp_path)
+    ok("fabric", "import", "ibnetdiscover", "after.txt", "-o", "after.json", cwd=tmp_path)
+    r = gpupool("fabric", "diff", "before.json", "after.json", cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert "LOST" in r.stdout and "hosts gone (1): node016" in r.stdout
+    assert "links slower (1):" in r.stdout and "4xEDR -> 4xQDR" in r.stdout
+    d = json.loads(gpupool("fabric", "diff", "before.json", "after.json", "--json", cwd=tmp_path).stdout)
+    assert d["lost"] and d["hosts"]["gone"] == ["node016"] and len(d["links"]["gone"]) == 1
+    r = gpupool("fabric", "diff", "before.json", "before.json", cwd=tmp_path)
+    assert r.returncode == 0 and "no change" in r.stdout
+    r = gpupool("fabric", "diff", "before.json", "nope.json", cwd=tmp_path)
+    assert r.returncode == 2 and "nope.json" in r.stderr

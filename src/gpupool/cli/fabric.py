@@ -12,6 +12,7 @@ from rich.table import Table
 
 from gpupool.domain.errors import InputError
 from gpupool.fabric import Fabric, Tier, generators, jsonio
+from gpupool.fabric.diff import diff_fabrics
 from gpupool.fabric.export.ibnetdiscover import to_ibnetdiscover
 from gpupool.fabric.export.nccl import nccl_topology_env
 from gpupool.fabric.export.slurm import topology_block, topology_conf
@@ -237,6 +238,45 @@ def merge(
         f"rail HCAs by PCI affinity), {len(result.from_defaults)} from --gpus-per-host, "
         f"{len(result.without_gpus)} without GPUs"
     )
+
+
+@app.command("diff")
+def diff(
+    old: Annotated[Path, typer.Argument(help="Fabric JSON before (an import).")],
+    new: Annotated[Path, typer.Argument(help="Fabric JSON after, imported the same way.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """What changed between two imports: hosts, HCAs, switches, links gone or slower. Exit 1 if anything was lost."""
+    d = diff_fabrics(jsonio.load(old), jsonio.load(new))
+    if as_json:
+        typer.echo(json.dumps(d.to_dict()))
+    else:
+        typer.echo(f"{old} -> {new}: " + ("LOST" if d.lost else "changed, nothing lost" if d.changed else "no change"))
+        for what, items in (
+            ("hosts gone", d.hosts_gone),
+            ("HCAs gone", d.hcas_gone),
+            ("HCAs moved to another host", d.hcas_moved),
+            ("switches gone", d.switches_gone),
+            ("hosts with fewer GPUs", d.gpus_fewer),
+            ("hosts new", d.hosts_new),
+            ("HCAs new", d.hcas_new),
+            ("switches new", d.switches_new),
+        ):
+            if items:
+                typer.echo(f"{what} ({len(items)}): {', '.join(items)}")
+        for what, changes in (
+            ("links gone", d.links_gone),
+            ("links slower", d.links_slower),
+            ("links new", d.links_new),
+            ("links faster", d.links_faster),
+        ):
+            if changes:
+                typer.echo(f"{what} ({len(changes)}):")
+                for c in changes:
+                    rate = " -> ".join(r for r in (c.before, c.after) if r)
+                    typer.echo(f"  {c.ends}  {rate}")
+    if d.lost:
+        raise typer.Exit(1)
 
 
 @app.command("show")
