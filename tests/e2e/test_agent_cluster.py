@@ -36,7 +36,7 @@ SERVER = (
     "from gpupool.server.app import create_app\n"
     "from gpupool.server.settings import load_settings\n"
     "s = load_settings()\n"
-    "uvicorn.run(create_app(s), host=s.host, port=s.port, log_level='warning')\n"
+    "uvicorn.run(create_app(s), host=s.host, port=s.port, log_level='warning', timeout_graceful_shutdown=3)\n"
 )
 
 
@@ -57,7 +57,8 @@ def until(cond: Callable[[], Any], timeout_s: float = 20.0, what: str = "conditi
 
 
 class Cluster:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, **settings: str) -> None:
+        """``settings``: GPUPOOL_* variables of the server beyond the defaults below."""
         self.root = root
         self.fabric = superpod(1)
         self.fabric_path = root / "fabric.json"
@@ -77,6 +78,8 @@ class Cluster:
             GPUPOOL_SCHEDULE_PERIOD_S="0.2",
             GPUPOOL_STOP_GRACE_S="1.0",  # SIGTERM -> SIGKILL after 1 s: the cancel test waits 15 s, not 30
         )
+        env.update(settings)
+        self.env = env
         self.server = subprocess.Popen([PY, "-c", SERVER], env=env)
         self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
         until(self._healthy, 30, "server up")

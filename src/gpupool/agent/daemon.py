@@ -1,5 +1,13 @@
 """The agent process's loop: register, then sample -> grade -> heartbeat -> run the server's commands.
 
+Commands come two ways and are carried out alike: in heartbeat replies, and, when the server offers it
+(``command_wait_s`` in its registration reply), from the commands long-poll a ``CommandPoller`` thread keeps
+open, which the server answers as soon as a placement, stop or checkpoint signal is committed. The agent's
+state has one lock; the loop holds it except around its HTTP calls and naps, so a pushed launch is carried
+out at once even while a heartbeat waits for its reply. After any break (the server restarted, the poll cut)
+the next poll lists what runs here and holds nothing, so the server answers at once with everything this
+node should be doing.
+
 One ``Agent`` per node. It owns the probes (``NodeSources``), a ``WorkloadRuntime`` and a ``ServerClient``,
 all handed in so tests can point it at a protocol server on 127.0.0.1 and give it their own clock and
 sleep. The loop never blocks for long: a stop sends SIGTERM and the SIGKILL waits for a deadline the loop
@@ -23,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, ParamSpec, TypeVar
 
 from gpupool import __version__
 from gpupool.agent.emulated import EmulatedNode
@@ -31,6 +39,7 @@ from gpupool.agent.gpu import FileGpuProbe, GpuProbe
 from gpupool.agent.health import NodeHealth, assess_node
 from gpupool.agent.ib import PortRates, SysfsIbProbe
 from gpupool.agent.nvml import NvmlGpuProbe, NvmlUnavailableError
+from gpupool.agent.push import CommandPoller, PollOutcome, PollRequest
 from gpupool.agent.reporter import (
     Backoff,
     BackoffPolicy,
@@ -50,6 +59,8 @@ from gpupool.fabric.model import Host
 from gpupool.fabric.parsers.sysfs import read_sysfs_infiniband
 from gpupool.schemas import agent as wire
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 ASSIGNMENT_FILE = "assignment.json"  # job id and GPUs of an assignment, beside the runtime's launch.json
 DELIVERED_FILE = "delivered"  # marks a finished assignment whose end the server has acknowledged
 _XID_MEMORY = 1024  # XIDs kept for grading: they are rare, and a GPU with a thousand needs no more evidence
@@ -147,6 +158,7 @@ class AgentStats:
     heartbeats: int = 0
     reports: int = 0
     launches: int = 0
+    pushes: int = 0  # commands long-polls answered
     server_failures: int = 0
     retry_delays: list[float] = field(default_factory=list)
 
@@ -213,6 +225,15 @@ class Agent:
         self._changed_at: dict[str, float] = {}
         self._undelivered: dict[str, wire.WorkloadStatus] = {}  # finished, not yet acknowledged by a beat
         self._kill_at: dict[str, float] = {}  # stopping: SIGKILL at this clock() time if still alive
+        # The agent's state (children, reports, token): held by ``run``'s loop except around HTTP calls and
+        # naps, and by the command poller's callbacks; every other method is called with it held.
+        self._mu = threading.Lock()
+        self._closing = False
+        self._poller: CommandPoller | None = None  # started once the server offers the long-poll
+        self._command_wait_s = 0.0
+        self._held: tuple[str, ...] = ()  # command keys of the last poll's answer (see ``wire.CommandsRequest``)
+        self._push_retry_at = 0.0
+        self._push_backoff = Backoff(settings.backoff, settings.seed + 1)
         self._recover()
 
     # --- restart: what the state directory remembers ------------------------------------------------------
@@ -288,11 +309,26 @@ class Agent:
             labels=dict(self.settings.labels),
         )
 
+    def _unlocked(self, call: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``call`` without the agent lock: an HTTP call or a nap, during which the poller may work."""
+        self._mu.release()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            self._mu.acquire()
+
     def register(self) -> None:
-        reply = self.client.register(self.settings.join_token, self.inventory())
+        reply = self._unlocked(self.client.register, self.settings.join_token, self.inventory())
         self.node_token = reply.node_token
         if reply.heartbeat_interval_s > 0:
             self.interval_s = reply.heartbeat_interval_s
+        self._command_wait_s = reply.command_wait_s
+        self._held = ()  # a new registration holds nothing: the first poll gets every current command
+        self._push_retry_at = 0.0
+        if self._poller is not None:
+            self._poller.kick()
+        elif reply.command_wait_s > 0:
+            self._poller = CommandPoller(self.client, self._next_poll, self._pushed)
         self.stats.registrations += 1
         self.backoff.reset()
         self._next_beat = self.clock()  # tell the server how the node is doing at once
@@ -388,7 +424,8 @@ class Agent:
                 del self._kill_at[aid]
         if changed and self.node_token is not None and now >= self._retry_at:
             try:
-                self.client.report(self.settings.host, self.node_token, wire.ReportRequest(workloads=tuple(changed)))
+                req = wire.ReportRequest(workloads=tuple(changed))
+                self._unlocked(self.client.report, self.settings.host, self.node_token, req)
                 self.stats.reports += 1
             except (ServerUnavailableError, ProtocolError) as e:
                 self.log(f"report not delivered ({e}); the next heartbeat carries it")
@@ -435,12 +472,16 @@ class Agent:
                 self.log(f"command refused: {e}")
 
     # --- the server ----------------------------------------------------------------------------------------------
-    def beat(self) -> None:
-        start = self.clock()
-        _, gpus, ports = self.sample()
+    def _reported(self) -> list[wire.WorkloadStatus]:
+        """What this node runs and what ended unacknowledged: the workloads of a beat and of a commands poll."""
         running = [
             self._status(a, "running", None) for a, s in self._state.items() if s == "running" and a in self._meta
         ]
+        return [*running, *self._undelivered.values()]
+
+    def beat(self) -> None:
+        start = self.clock()
+        _, gpus, ports = self.sample()
         sent = dict(self._undelivered)
         xids = tuple(
             wire.XidSample(gpu=x.gpu_index, code=x.code, at_s=at, message=x.message)
@@ -453,10 +494,10 @@ class Agent:
             gpus=gpus,
             ports=ports,
             xids=xids,
-            workloads=(*running, *sent.values()),
+            workloads=tuple(self._reported()),
         )
         assert self.node_token is not None
-        reply = self.client.heartbeat(self.settings.host, self.node_token, req)
+        reply = self._unlocked(self.client.heartbeat, self.settings.host, self.node_token, req)
         self.seq += 1
         self.stats.heartbeats += 1
         self.backoff.reset()
@@ -498,7 +539,42 @@ class Agent:
         due = [now + self.settings.poll_s, max(self._next_beat, self._retry_at), *self._kill_at.values()]
         return max(0.001, min(due) - now)
 
+    # --- the commands long-poll (called on the poller's thread) ----------------------------------------------------
+    def _next_poll(self) -> PollRequest | float:
+        """The next poll, or how long to wait before asking again (``register`` ends that wait)."""
+        with self._mu:
+            if self._closing or self._command_wait_s <= 0 or self.node_token is None:
+                return 60.0
+            if (wait := self._push_retry_at - self.clock()) > 0:
+                return wait
+            body = wire.CommandsRequest(workloads=tuple(self._reported()), held=self._held)
+            return PollRequest(self.settings.host, self.node_token, body, self._command_wait_s)
+
+    def _pushed(self, out: PollOutcome) -> None:
+        with self._mu:
+            if self._closing:
+                return
+            if out.reply is not None:
+                self.stats.pushes += 1
+                self._push_backoff.reset()
+                self._held = tuple(wire.command_key(c) for c in out.reply.commands if c.kind != "signal")
+                self.execute(out.reply.commands)
+                self.tick()  # report the launches at once
+                return
+            self._held = ()  # whatever answers next (a restarted server, another replica) is asked for everything
+            if isinstance(out.error, NodeUnknownError):
+                if out.token == self.node_token:  # not a token a re-registration has replaced meanwhile
+                    self.log(f"commands: the server does not know this node ({out.error}); registering again")
+                    self.node_token = None
+                return
+            delay = self._push_backoff.next_delay()
+            self._push_retry_at = self.clock() + delay
+            self.log(f"commands poll failed ({out.error}); again in {delay:.2f} s")
+
     def shutdown(self) -> None:
+        self._closing = True
+        if self._poller is not None:
+            self._poller.close()
         if self.settings.stop_workloads_on_exit:
             for aid, st in self.runtime.poll().items():
                 if st.state is WorkloadState.RUNNING or self.runtime.group_alive(aid):
@@ -509,12 +585,13 @@ class Agent:
     def run(self, stop: threading.Event, sleep: Callable[[float], object] | None = None) -> None:
         """Loop until ``stop`` is set; ``sleep`` defaults to waiting on ``stop`` (so a signal wakes it)."""
         wait = sleep if sleep is not None else stop.wait
-        try:
-            while not stop.is_set():
-                self.step()
-                wait(self.next_wake_s())
-        finally:
-            self.shutdown()
+        with self._mu:
+            try:
+                while not stop.is_set():
+                    self.step()
+                    self._unlocked(wait, self.next_wake_s())
+            finally:
+                self.shutdown()
 
 
 def default_host() -> str:

@@ -25,6 +25,8 @@ from pydantic import BaseModel, ValidationError
 from gpupool.domain.errors import GpupoolError, InputError
 from gpupool.schemas.agent import (
     PROTOCOL_VERSION,
+    CommandsReply,
+    CommandsRequest,
     HeartbeatReply,
     HeartbeatRequest,
     RegisterReply,
@@ -93,12 +95,14 @@ class ServerClient:
     def close(self) -> None:
         self._http.close()
 
-    def _post(self, path: str, token: str, body: BaseModel) -> httpx.Response:
+    def _post(self, path: str, token: str, body: BaseModel, read_s: float | None = None) -> httpx.Response:
+        timeout = httpx.USE_CLIENT_DEFAULT if read_s is None else httpx.Timeout(self._http.timeout.connect, read=read_s)
         try:
             resp = self._http.post(
                 PREFIX + path,
                 content=body.model_dump_json(),
                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+                timeout=timeout,
             )
         except httpx.HTTPError as e:  # refused, reset, timed out, DNS: the server is not there for us now
             raise ServerUnavailableError(f"{self.base_url}{PREFIX}{path}: {type(e).__name__}: {e}") from e
@@ -131,8 +135,10 @@ class ServerClient:
             )
         return reply
 
-    def _node_call(self, host: str, what: str, node_token: str, body: BaseModel) -> httpx.Response:
-        resp = self._post(f"/{host}/{what}", node_token, body)
+    def _node_call(
+        self, host: str, what: str, node_token: str, body: BaseModel, read_s: float | None = None
+    ) -> httpx.Response:
+        resp = self._post(f"/{host}/{what}", node_token, body, read_s)
         if resp.status_code in (401, 403, 404, 410):
             raise NodeUnknownError(f"{what}: {_detail(resp)}")
         if resp.status_code >= 400:
@@ -144,6 +150,12 @@ class ServerClient:
 
     def report(self, host: str, node_token: str, req: ReportRequest) -> None:
         self._node_call(host, "reports", node_token, req)
+
+    def commands(self, host: str, node_token: str, req: CommandsRequest, wait_s: float) -> CommandsReply:
+        """The commands long-poll: the server holds it up to ``wait_s``; past that plus the client's own timeout
+        an unanswered poll counts as an outage (a paused server, a silently dropped connection)."""
+        read_s = wait_s + (self._http.timeout.read or 5.0)
+        return self._parse(self._node_call(host, "commands", node_token, req, read_s), CommandsReply, "commands")
 
 
 @dataclass(frozen=True, slots=True)

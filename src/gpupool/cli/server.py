@@ -15,6 +15,8 @@ from gpupool.server.app import create_app
 from gpupool.server.logs import log_config
 from gpupool.server.settings import Settings, load_settings
 
+SHUTDOWN_GRACE_S = 3  # seconds in-flight requests get to finish once the server is told to stop
+
 
 def _check_tls(settings: Settings) -> None:
     """A certificate and its key, both or neither, both files."""
@@ -45,6 +47,8 @@ def server(
     # then only sets its loggers' levels (log_config=None).
     logging.config.dictConfig(log_config(settings.log_level, settings.log_format))
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    # A bounded graceful shutdown: agents' commands long-polls stay open up to command_wait_s, and uvicorn would
+    # otherwise wait for every one of them; cut off, an agent reconnects (to this server restarted, or a standby).
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -54,4 +58,5 @@ def server(
         access_log=settings.access_log,
         ssl_certfile=settings.tls_cert or None,
         ssl_keyfile=settings.tls_key or None,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )

@@ -10,6 +10,11 @@ commands for that node. Paths (all under ``/v1/agents``):
   its ``assignment_id``: the agent launches an assignment at most once, whatever the server repeats.
 - ``POST /{host}/reports`` with the node token: workload state changes as they happen (started,
   exited, lost), so a finished job need not wait for the next beat.
+- ``POST /{host}/commands`` with the node token (a long-poll, offered when the registration reply names a
+  ``command_wait_s`` above 0): the workloads the agent runs and the commands it already holds; the server
+  answers as soon as it has a command the agent does not hold, or after ``command_wait_s`` with the
+  commands it has. So a placement reaches its agent when it is committed, not at the next beat; heartbeat
+  replies carry the same commands, derived the same way, and stay the fallback.
 
 Compatibility: agents and servers one protocol version apart work together, so a fleet upgrades node by
 node. Each side is a tolerant reader: a field it does not know (sent by a newer peer) is kept aside in
@@ -64,7 +69,7 @@ def unknown_fields(msg: BaseModel, prefix: str = "") -> tuple[str, ...]:
                     names.extend(unknown_fields(item, f"{prefix}{key}[{i}]."))
         elif isinstance(value, BaseModel):
             names.extend(unknown_fields(value, f"{prefix}{key}."))
-    if isinstance(msg, HeartbeatReply):
+    if isinstance(msg, _CarriesCommands):
         names.extend(f"{prefix}commands[kind={k}]" for k in msg.dropped_kinds)
     return tuple(dict.fromkeys(names))
 
@@ -118,6 +123,7 @@ class RegisterReply(_Msg):
     node_token: str
     heartbeat_interval_s: float
     server_time_s: float
+    command_wait_s: float = 0.0  # > 0: the server holds a commands long-poll this long; 0: commands ride beats only
 
 
 class GpuSample(_Msg):
@@ -207,11 +213,10 @@ Command = Annotated[LaunchCommand | StopCommand | SignalCommand, Field(discrimin
 _COMMAND_KINDS = frozenset(m.model_fields["kind"].default for m in get_args(get_args(Command)[0]))
 
 
-class HeartbeatReply(_Msg):
-    protocol: int = PROTOCOL_VERSION
+class _CarriesCommands(_Msg):
+    """A reply with commands (a heartbeat's, a commands poll's): kinds this agent does not know are dropped."""
+
     commands: tuple[Command, ...] = ()
-    heartbeat_interval_s: float
-    server_time_s: float
     _dropped: tuple[str, ...] = PrivateAttr(default=())
 
     @model_validator(mode="wrap")
@@ -237,6 +242,33 @@ class HeartbeatReply(_Msg):
     def dropped_kinds(self) -> tuple[str, ...]:
         """The command kinds left out of ``commands`` because this protocol does not know them."""
         return self._dropped
+
+
+class HeartbeatReply(_CarriesCommands):
+    protocol: int = PROTOCOL_VERSION
+    heartbeat_interval_s: float
+    server_time_s: float
+
+
+def command_key(command: LaunchCommand | StopCommand | SignalCommand) -> str:
+    """``kind:assignment_id``: how an agent names a command it already holds (``CommandsRequest.held``)."""
+    return f"{command.kind}:{command.assignment_id}"
+
+
+class CommandsRequest(_Msg):
+    protocol: int = PROTOCOL_VERSION
+    # What the agent runs, as a heartbeat lists it: the server compares it with the assignments (not applied).
+    workloads: tuple[WorkloadStatus, ...] = ()
+    # ``command_key`` of each command of the previous answer: those alone do not end the wait, so a stop the
+    # agent is carrying out (its process still alive) or a launch it refuses to repeat is not sent in a loop.
+    held: tuple[str, ...] = ()
+
+
+class CommandsReply(_CarriesCommands):
+    """Every command derived at the answer (held ones included), as a heartbeat's reply carries them."""
+
+    protocol: int = PROTOCOL_VERSION
+    server_time_s: float
 
 
 class ReportRequest(_Msg):

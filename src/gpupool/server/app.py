@@ -14,6 +14,7 @@ from typing import Annotated
 
 from fastapi import FastAPI, Header, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpupool.domain.errors import (
@@ -96,6 +97,7 @@ def create_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if run_loop:
             srv.loop.start()
+        srv.push.refresher.start()
         try:
             yield
         finally:
@@ -136,6 +138,20 @@ def create_app(
         s.gateway.check_node(host, bearer(authorization))
         s.gateway.check_protocol(host, body)
         return s.gateway.heartbeat(host, body)
+
+    @app.post("/v1/agents/{host}/commands", response_model=proto.CommandsReply, responses=_PROTOCOL)
+    async def commands(
+        host: str,
+        body: proto.CommandsRequest,
+        request: Request,
+        s: Srv,
+        authorization: Annotated[str | None, Header()] = None,
+    ) -> proto.CommandsReply | Response:
+        # Async: a waiting poll holds a future on the event loop, not a worker thread (see ``push``).
+        await run_in_threadpool(s.gateway.check_node, host, bearer(authorization))
+        s.gateway.check_protocol(host, body)
+        reply = await s.push.answer(host, body.workloads, body.held, request.receive)
+        return Response(status_code=204) if reply is None else reply  # 204: to an agent that hung up
 
     @app.post("/v1/agents/{host}/reports", status_code=204, response_class=Response, responses=_PROTOCOL)
     def reports(

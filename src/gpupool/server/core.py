@@ -17,6 +17,7 @@ from gpupool.server.leader import LeaderLock
 from gpupool.server.liveness import LastSeen
 from gpupool.server.loop import SchedulingLoop, SignalQueue
 from gpupool.server.metrics import ServerMetrics
+from gpupool.server.push import CommandPush, Doorbell, Refresher
 from gpupool.server.settings import Settings
 from gpupool.server.submits import SubmitWriter
 from gpupool.store import Store
@@ -36,8 +37,10 @@ class Server:
     clock: Callable[[], float]
     submits: SubmitWriter
     labels: LabelIndex  # every node's labels, for the submit-time node_selector check
+    push: CommandPush
 
     def close(self) -> None:
+        self.push.refresher.stop()
         self.loop.stop()
         self.submits.close()
         self.store.close()
@@ -66,9 +69,14 @@ def build_server(
     # Steady heartbeats' times are persisted in batches, three per lost-timeout (see ``liveness``).
     seen = LastSeen(store, settings.node_lost_after_s / 3)
     metrics = ServerMetrics(store, clock, seen.unflushed)
-    signals = SignalQueue()
+    # Agents waiting on the commands long-poll are woken per host: by a queued checkpoint signal, and by each
+    # reload of the host cache that finds the host's assignments changed (see ``push``).
+    bell = Doorbell()
+    signals = SignalQueue(on_put=lambda host: bell.ring((host,)))
     # What heartbeats read (nodes, assignments, verified node tokens), in memory; every local write drops it.
     hosts = HostCache(store, ops, settings.host_cache_s, settings.auth_cache_s, clock)
+    refresher = Refresher(hosts.refresh, bell, settings.host_cache_s)
+    hosts.watch(refresher.kick, bell.ring)
     loop = SchedulingLoop(
         store,
         ops,
@@ -87,4 +95,5 @@ def build_server(
     # The loop folds new jobs in without reading them back; two writers where transactions can overlap.
     submits = SubmitWriter(ops, on_stored=loop.submitted, writers=2 if store.concurrent_writes else 1)
     labels = LabelIndex(store.list_nodes, settings.host_cache_s, clock)
-    return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits, labels)
+    push = CommandPush(gateway.commands, bell, refresher, settings.command_wait_s, clock)
+    return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits, labels, push)

@@ -1,7 +1,8 @@
 """The agent gateway: the server side of the agent protocol v1 (register, heartbeat with commands, reports).
 
-Commands are derived, not queued: on each heartbeat the node's stored assignments (the ranks of its placed
-and running jobs) are compared with what the agent says it runs. A placed rank it does not run gets a launch
+Commands are derived, not queued: on each heartbeat, and on each pass of the agent's commands long-poll
+(``push``), ``commands`` compares the node's stored assignments (the ranks of its placed and running jobs)
+with what the agent says it runs. A placed rank it does not run gets a launch
 (the agent launches an assignment id at most once, so a repeat after a server restart is harmless); a rank
 it runs that is no longer assigned to it (cancelled, preempted, or requeued while the node was lost) gets a
 stop. So a restarted server, a standby taking over, or a node coming back all converge without a queue.
@@ -24,6 +25,7 @@ from gpupool.schemas.agent import (
     PROTOCOL_VERSION,
     PROTOCOL_WINDOW,
     Command,
+    CommandsRequest,
     HeartbeatReply,
     HeartbeatRequest,
     LaunchCommand,
@@ -93,7 +95,9 @@ class AgentGateway:
         self._ignored: set[tuple[str, tuple[str, ...]]] = set()  # (host, unknown fields) already logged
 
     # -- protocol versions -------------------------------------------------------------------------------------
-    def check_protocol(self, host: str, msg: RegisterRequest | HeartbeatRequest | ReportRequest) -> None:
+    def check_protocol(
+        self, host: str, msg: RegisterRequest | HeartbeatRequest | ReportRequest | CommandsRequest
+    ) -> None:
         """Refuse an agent too far from this server's protocol; log, once per host, the fields ignored.
 
         Only a peer of another version sends fields this server does not know, so a same-version heartbeat
@@ -136,7 +140,10 @@ class AgentGateway:
         self._wake()
         now = self._clock()
         return RegisterReply(
-            node_token=token, heartbeat_interval_s=self._settings.heartbeat_interval_s, server_time_s=now
+            node_token=token,
+            heartbeat_interval_s=self._settings.heartbeat_interval_s,
+            server_time_s=now,
+            command_wait_s=self._settings.command_wait_s,
         )
 
     def check_node(self, host: str, token: str) -> None:
@@ -179,8 +186,17 @@ class AgentGateway:
             events += self._ports.events(host, req.ports, self._leaves.of(host), now)
         self._live.put(events)
         self._apply(host, req.workloads)
+        return HeartbeatReply(
+            commands=tuple(self.commands(host, req.workloads)),
+            heartbeat_interval_s=self._settings.heartbeat_interval_s,
+            server_time_s=self._clock(),
+        )
+
+    def commands(self, host: str, workloads: Sequence[WorkloadStatus]) -> list[Command]:
+        """What ``host`` must do, given what its agent says it runs: the one derivation behind heartbeat replies
+        and the pushed commands (``push``). Checkpoint signals queued for the host are taken (sent once)."""
         desired = {a.assignment_id: a for a in self._hosts.assignments(host)}
-        reported = {w.assignment_id: w for w in req.workloads}
+        reported = {w.assignment_id: w for w in workloads}
         # Checkpoint signals first: a rank stopped in this same reply (its GPU turned bad) is asked to save
         # its work before its SIGTERM.
         commands: list[Command] = list(self._signals.take(host))
@@ -197,11 +213,7 @@ class AgentGateway:
                         assignment_id=aid, grace_s=self._settings.stop_grace_s, reason="no longer assigned to this node"
                     )
                 )
-        return HeartbeatReply(
-            commands=tuple(commands),
-            heartbeat_interval_s=self._settings.heartbeat_interval_s,
-            server_time_s=self._clock(),
-        )
+        return commands
 
     def report(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:
         self._apply(host, workloads)

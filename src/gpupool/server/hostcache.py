@@ -10,6 +10,9 @@ that it matched is as safe as checking it again. After ``token_ttl_s`` the check
 stored hash (one indexed read): unchanged means the same token is still the host's (a re-registration, even
 on another replica, writes a new hash), so PBKDF2 runs once per token, not once per beat or per TTL. The
 snapshot also holds every host's hash, so while it is current that renewal costs no read at all.
+
+``watch`` lets the commands push (``push``) follow it: each invalidation is reported, and each reload names
+the hosts whose assignments differ from the previous snapshot, so the agents waiting on them are woken.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpupool.store import Store
@@ -46,12 +49,24 @@ class HostCache:
         # host -> (SHA-256 of its token, the stored hash it matched, trusted until)
         self._tokens: dict[str, tuple[bytes, str, float]] = {}
         self.loads = 0  # reloads so far: lets tests see that a beat was served from memory
+        self._on_invalidate: Callable[[], None] = _nothing
+        self._on_changed: Callable[[Iterable[str]], None] = _nothing_changed
+
+    def watch(self, on_invalidate: Callable[[], None], on_changed: Callable[[Iterable[str]], None]) -> None:
+        """Call ``on_invalidate`` after each invalidation, ``on_changed(hosts)`` after each reload with the hosts
+        whose assignments changed (every host of the first load)."""
+        self._on_invalidate, self._on_changed = on_invalidate, on_changed
 
     # -- invalidation ------------------------------------------------------------------------------------------
     def invalidate(self) -> None:
         """Something durable changed here: the next read reloads (a reload already running is not trusted)."""
         with self._lock:
             self._generation += 1
+        self._on_invalidate()
+
+    def refresh(self) -> None:
+        """Reload now if something changed here or the snapshot is older than ``ttl_s``."""
+        self._current()
 
     def forget_token(self, host: str) -> None:
         with self._lock:
@@ -98,8 +113,12 @@ class HostCache:
             hashes = self._ops.node_token_hashes()
             fresh = _Snapshot(generation, now, nodes, {h: tuple(v) for h, v in by_host.items()}, hashes)
             with self._lock:
-                self._snap = fresh
+                old, self._snap = self._snap, fresh
                 self.loads += 1
+            before = {} if old is None else old.assignments
+            self._on_changed(
+                h for h in before.keys() | fresh.assignments.keys() if before.get(h) != fresh.assignments.get(h)
+            )
             return fresh
 
     # -- node tokens -------------------------------------------------------------------------------------------
@@ -123,3 +142,11 @@ class HostCache:
         digest = hashlib.sha256(token.encode()).digest()
         with self._lock:
             self._tokens[host] = (digest, stored_hash, self._clock() + self._token_ttl_s)
+
+
+def _nothing() -> None:
+    return None
+
+
+def _nothing_changed(_hosts: Iterable[str]) -> None:
+    return None

@@ -83,15 +83,20 @@ def coalescing_gap(cycle_cpu_s: float, min_gap_s: float, max_busy: float) -> flo
 
 
 class SignalQueue:
-    """Checkpoint signals waiting for their node's next heartbeat (the only commands not derived from the store)."""
+    """Checkpoint signals waiting for their node's agent (the only commands not derived from the store).
 
-    def __init__(self) -> None:
+    ``on_put(host)`` runs after each signal is queued: the commands push wakes that host's waiting agent."""
+
+    def __init__(self, on_put: Callable[[str], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._by_host: dict[str, list[SignalCommand]] = defaultdict(list)
+        self._on_put = on_put
 
     def put(self, host: str, command: SignalCommand) -> None:
         with self._lock:
             self._by_host[host].append(command)
+        if self._on_put is not None:
+            self._on_put(host)
 
     def take(self, host: str) -> list[SignalCommand]:
         with self._lock:

@@ -34,6 +34,9 @@ class Settings:
     port: int = 8765
     admin_token: str = field(default="", repr=False)
     heartbeat_interval_s: float = 5.0
+    # An agent's commands long-poll is held open at most this long; a launch, stop or checkpoint signal answers
+    # it as soon as it is committed. 0: no push, commands ride heartbeat replies only.
+    command_wait_s: float = 20.0
     node_lost_after_s: float = 30.0
     schedule_period_s: float = 2.0  # the loop runs at least this often
     schedule_min_gap_s: float = 0.05  # and at most this often, however many events wake it

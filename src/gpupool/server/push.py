@@ -1,0 +1,173 @@
+"""Commands pushed to agents as soon as they are committed: per-host doorbells and the commands long-poll.
+
+An agent holds ``POST /v1/agents/{host}/commands`` open. The handler derives the host's commands with the
+gateway's one function (``AgentGateway.commands``, which heartbeat replies use too); while none is new to
+the agent it awaits the host's doorbell. A waiting poll holds an asyncio future, not a thread, so a
+thousand agents cost a thousand small objects on the event loop.
+
+Who rings a host: the host cache, after every reload, rings each host whose stored assignments changed
+(a placement, a preemption, a cancel, a requeue, a job that ended, made by this replica or any other). Every
+local write that touches assignments already invalidates that cache; the invalidation also kicks the
+``Refresher`` thread, which reloads at once while polls wait, so a placement rings its hosts within one
+read of the store after it commits. While polls wait the refresher also reloads every ``host_cache_s``:
+changes another replica made ring within that time (one read for all hosts, not one per waiting agent).
+A checkpoint signal, queued in memory rather than stored, rings its host when queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive
+
+from gpupool.schemas.agent import Command, CommandsReply, SignalCommand, WorkloadStatus, command_key
+
+log = logging.getLogger("gpupool.server.push")
+_MIN_GAP_S = 0.01  # between two reloads of the refresher: a burst of placements costs one read, not hundreds
+
+
+class Doorbell:
+    """A counter per host, bumped by ``ring`` from any thread; ``wait`` resumes when it moves past a mark."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rings: dict[str, int] = {}
+        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = {}
+
+    def mark(self, host: str) -> int:
+        with self._lock:
+            return self._rings.get(host, 0)
+
+    @property
+    def waiting(self) -> int:
+        with self._lock:
+            return sum(len(w) for w in self._waiters.values())
+
+    def ring(self, hosts: Iterable[str]) -> None:
+        woken: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        with self._lock:
+            for h in hosts:
+                self._rings[h] = self._rings.get(h, 0) + 1
+                woken.extend(self._waiters.pop(h, ()))
+        for loop, fut in woken:
+            loop.call_soon_threadsafe(_resolve, fut)
+
+    async def wait(self, host: str, mark: int, timeout_s: float) -> bool:
+        """True when ``host`` was rung since ``mark`` (perhaps before this call), False after ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        entry = (loop, fut)
+        with self._lock:
+            if self._rings.get(host, 0) != mark:
+                return True
+            self._waiters.setdefault(host, []).append(entry)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            with self._lock:
+                left = [w for w in self._waiters.get(host, ()) if w is not entry]
+                if left:
+                    self._waiters[host] = left
+                else:
+                    self._waiters.pop(host, None)
+
+
+async def _hung_up(receive: Receive) -> None:
+    # The request body has been read: the next ASGI message is the client's disconnect.
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class Refresher:
+    """One thread per replica: reloads the host cache when this replica changed it or every ``period_s``, and
+    only while polls wait (without them a reload would be work nobody reads: heartbeats reload on their own)."""
+
+    def __init__(self, reload: Callable[[], object], bell: Doorbell, period_s: float) -> None:
+        self._reload, self._bell, self._period_s = reload, bell, period_s
+        self._kick = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def kick(self) -> None:
+        self._kick.set()
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="gpupool-push", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._kick.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._kick.wait(self._period_s)
+            self._kick.clear()
+            if self._stop.is_set() or not self._bell.waiting:
+                continue
+            try:
+                self._reload()
+            except Exception:  # a failed read (database away) must not end the thread: heartbeats still carry commands
+                log.exception("host cache reload for pushed commands failed")
+            self._stop.wait(_MIN_GAP_S)
+
+
+class CommandPush:
+    """The long-poll's server side: ``poll`` answers when a command the agent does not hold exists, or after
+    ``wait_s`` with every current command (held ones too, as a heartbeat reply would)."""
+
+    def __init__(
+        self,
+        derive: Callable[[str, Sequence[WorkloadStatus]], list[Command]],
+        bell: Doorbell,
+        refresher: Refresher,
+        wait_s: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self._derive, self.bell, self.refresher, self.wait_s, self._clock = derive, bell, refresher, wait_s, clock
+
+    async def answer(
+        self, host: str, workloads: Sequence[WorkloadStatus], held: Iterable[str], receive: Receive
+    ) -> CommandsReply | None:
+        """``poll``, ended early (None) when the agent hangs up: a poll whose agent died or restarted must not
+        linger for ``wait_s`` (nor hold up a server's shutdown, which waits for open requests)."""
+        poll = asyncio.ensure_future(self.poll(host, workloads, held))
+        gone = asyncio.ensure_future(_hung_up(receive))
+        try:
+            await asyncio.wait((poll, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if poll.done():
+            return poll.result()
+        poll.cancel()
+        return None
+
+    async def poll(self, host: str, workloads: Sequence[WorkloadStatus], held: Iterable[str]) -> CommandsReply:
+        known = set(held)
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            # Marked before deriving: a ring that lands while the commands are being derived ends the wait at once.
+            mark = self.bell.mark(host)
+            commands = await run_in_threadpool(self._derive, host, workloads)
+            # A signal is taken from its queue by the derivation: it must go out with this answer.
+            fresh = any(isinstance(c, SignalCommand) or command_key(c) not in known for c in commands)
+            left = deadline - time.monotonic()
+            if fresh or left <= 0:
+                return CommandsReply(commands=tuple(commands), server_time_s=self._clock())
+            await self.bell.wait(host, mark, left)

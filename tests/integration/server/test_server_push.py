@@ -1,0 +1,124 @@
+"""The commands long-poll through the real app, on both backends: a waiting poll is answered when a placement
+or a cancel is committed, commands the agent holds do not end the wait, and a heartbeat and a poll derive the
+same commands. The loop is driven by hand; polls run on threads and are waited for with deadlines."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from server_api_helpers import Api, Clock, make_api
+
+JOB = {"command": ["python", "-c", "print('hi')"], "tasks": 1, "gpus_per_task": 2}
+
+
+def until(cond: Callable[[], object], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met before the deadline"
+        time.sleep(0.01)
+
+
+class Poll:
+    """One commands poll on its own thread: ``result()`` waits for its answer."""
+
+    def __init__(self, api: Api, host: str, node: dict[str, str], body: dict[str, Any]) -> None:
+        self.answer: Any = None
+        self.seconds = 0.0
+
+        def run() -> None:
+            t0 = time.monotonic()
+            self.answer = api.client.post(f"/v1/agents/{host}/commands", json=body, headers=node)
+            self.seconds = time.monotonic() - t0
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def result(self, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        self.thread.join(timeout_s)
+        assert not self.thread.is_alive(), "the poll was not answered"
+        assert self.answer.status_code == 200, self.answer.text
+        return list(self.answer.json()["commands"])
+
+
+def keys(commands: list[dict[str, Any]]) -> list[str]:
+    return sorted(f"{c['kind']}:{c['assignment_id']}" for c in commands)
+
+
+def waiting(api: Api, n: int) -> Callable[[], bool]:
+    return lambda: api.srv.push.bell.waiting == n
+
+
+def test_registration_offers_the_long_poll_with_the_configured_wait(db_url: str, tmp_path: Path, clock: Clock) -> None:
+    for api in make_api(db_url, tmp_path, clock, command_wait_s=7.5):
+        join = api.client.post("/v1/join-tokens", json={}, headers=api.admin()).json()["token"]
+        r = api.client.post("/v1/agents/register", json={"host": "gpu-01"}, headers={"Authorization": f"Bearer {join}"})
+        assert r.json()["command_wait_s"] == 7.5
+
+
+def test_a_placement_answers_a_waiting_poll_at_once(db_url: str, tmp_path: Path, clock: Clock) -> None:
+    for api in make_api(db_url, tmp_path, clock, command_wait_s=60.0):
+        alice = api.tenant("alice")
+        node = api.register("gpu-01")
+        poll = Poll(api, "gpu-01", node, {"workloads": [], "held": []})
+        until(waiting(api, 1))  # parked: nothing to do yet
+        job_id = api.client.post("/v1/jobs", json=JOB, headers=alice).json()["job"]["id"]
+        assert api.srv.loop.run_cycle().placed == 1
+        (launch,) = poll.result()
+        assert launch["kind"] == "launch" and launch["job_id"] == job_id and len(launch["gpus"]) == 2
+        assert poll.seconds < 30.0  # answered by the placement, not by the 60 s wait running out
+        # The heartbeat reply derives the same command (one derivation for both).
+        assert api.beat("gpu-01", node) == [launch]
+
+
+def test_held_commands_do_not_end_the_wait_and_a_cancel_does(db_url: str, tmp_path: Path, clock: Clock) -> None:
+    for api in make_api(db_url, tmp_path, clock, command_wait_s=60.0):
+        alice = api.tenant("alice")
+        node = api.register("gpu-01")
+        first = api.client.post("/v1/jobs", json=JOB, headers=alice).json()["job"]["id"]
+        api.srv.loop.run_cycle()
+        (launch,) = Poll(api, "gpu-01", node, {"workloads": [], "held": []}).result()
+        # The agent launched it and says so: nothing new, so the poll waits.
+        running = {"assignment_id": launch["assignment_id"], "job_id": first, "state": "running", "at_s": 0.0}
+        held = [f"launch:{launch['assignment_id']}"]
+        poll = Poll(api, "gpu-01", node, {"workloads": [running], "held": held})
+        until(waiting(api, 1))
+        assert api.client.post(f"/v1/jobs/{first}/cancel", headers=alice).status_code == 200
+        (stop,) = poll.result()
+        assert stop["kind"] == "stop" and stop["assignment_id"] == launch["assignment_id"]
+        # While the agent stops it (the process still alive), the stop it holds does not answer again...
+        poll = Poll(api, "gpu-01", node, {"workloads": [running], "held": [f"stop:{launch['assignment_id']}"]})
+        until(waiting(api, 1))
+        # ...but a new placement does, with every command of the moment.
+        second = api.client.post("/v1/jobs", json=JOB, headers=alice).json()["job"]["id"]
+        api.srv.loop.run_cycle()
+        answer = poll.result()
+        assert {c["kind"] for c in answer} == {"stop", "launch"}
+        assert next(c for c in answer if c["kind"] == "launch")["job_id"] == second
+
+
+def test_a_poll_with_nothing_new_ends_after_the_wait_with_what_it_has(
+    db_url: str, tmp_path: Path, clock: Clock
+) -> None:
+    for api in make_api(db_url, tmp_path, clock, command_wait_s=0.3):
+        alice = api.tenant("alice")
+        node = api.register("gpu-01")
+        api.client.post("/v1/jobs", json=JOB, headers=alice)
+        api.srv.loop.run_cycle()
+        (launch,) = api.beat("gpu-01", node)
+        poll = Poll(api, "gpu-01", node, {"workloads": [], "held": [f"launch:{launch['assignment_id']}"]})
+        assert poll.result() == [launch]
+        assert poll.seconds >= 0.3
+        assert api.srv.push.bell.waiting == 0
+
+
+def test_a_poll_needs_the_node_token(api: Api) -> None:
+    api.register("gpu-01")
+    r = api.client.post("/v1/agents/gpu-01/commands", json={}, headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 401 and r.json()["code"] == "UNAUTHENTICATED"
+    node = api.register("gpu-02")
+    r = api.client.post("/v1/agents/gpu-01/commands", json={}, headers=node)  # another node's token
+    assert r.status_code == 401
