@@ -13,7 +13,8 @@ simulated fabric this runs the real tools, through ibsim's libumad2sim.so, and k
 
 Next to them: truth.json (the fabric as an import must find it, gpupool's JSON), the naming files a site
 would have (node-name-map, host-map.csv), topology.net (what ibsim was given) and case.json (the import
-options the case needs). The tests read these files; they do not run ibsim.
+options the case needs). The tests read these files; one integration test (tests/integration/fabric) runs the script for one case
+and checks it still makes the same inputs and importable outputs (.ci/run installs the packages).
 
 Needs: apt-get install ibsim-utils infiniband-diags opensm. Debian 12's ibsim (0.10) simulates link speeds
 up to HDR, so the cases use HDR, EDR and FDR links.

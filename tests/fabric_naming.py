@@ -14,8 +14,10 @@ import numpy as np
 
 from gpupool.fabric import Fabric, Hca, Host
 from gpupool.fabric.export.ibnetdiscover import switch_description
+from gpupool.fabric.export.slurm import topology_conf
 from gpupool.fabric.parsers.attribution import NameSources
 from gpupool.fabric.parsers.nodemap import parse_host_map, parse_node_name_map
+from gpupool.fabric.parsers.slurm import SlurmTree, parse_slurm_topology
 
 GENERIC = "MT4129 ConnectX7   Mellanox Technologies"
 STYLES = (
@@ -105,3 +107,14 @@ def styled(fabric: Fabric, style: str, seed: int = 0) -> Styled:
         host_map="\n".join(header + host_lines) + "\n" if host_lines else "",
         strip_domain="cluster.local" if "fqdn-strip" in per_host.values() else "",
     )
+
+
+def slurm_partition(fabric: Fabric) -> set[frozenset[str]]:
+    """The leaf -> hosts partition of the fabric's Slurm topology.conf (tree plugin)."""
+    tree = parse_slurm_topology(topology_conf(fabric))
+    assert isinstance(tree, SlurmTree)
+    return {frozenset(nodes) for nodes in tree.leaf_nodes().values()}
+
+
+def link_set(f: Fabric) -> set[tuple[frozenset[tuple[str, int]], int, str]]:
+    return {(frozenset({(x.a.node, x.a.port), (x.b.node, x.b.port)}), x.width, x.speed) for x in f.links}

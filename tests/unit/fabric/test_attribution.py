@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fabric_naming import GENERIC, STYLES, styled
+from fabric_naming import GENERIC, STYLES, link_set, slurm_partition, styled
 from gpupool.domain.errors import ParseError
 from gpupool.fabric import Fabric, generators, jsonio
 from gpupool.fabric.export.ibnetdiscover import to_ibnetdiscover
@@ -17,18 +17,6 @@ from gpupool.fabric.export.slurm import topology_conf
 from gpupool.fabric.parsers.attribution import NameSources, split_description, strip_domain
 from gpupool.fabric.parsers.ibnetdiscover import IbImport, parse_ibnetdiscover
 from gpupool.fabric.parsers.nodemap import parse_host_map, parse_node_name_map
-from gpupool.fabric.parsers.slurm import SlurmTree, parse_slurm_topology
-
-
-def slurm_partition(fabric: Fabric) -> set[frozenset[str]]:
-    """The leaf -> hosts partition of the fabric's Slurm topology.conf (tree plugin)."""
-    tree = parse_slurm_topology(topology_conf(fabric))
-    assert isinstance(tree, SlurmTree)
-    return {frozenset(nodes) for nodes in tree.leaf_nodes().values()}
-
-
-def link_set(f: Fabric) -> set[tuple[frozenset[tuple[str, int]], int, str]]:
-    return {(frozenset({(x.a.node, x.a.port), (x.b.node, x.b.port)}), x.width, x.speed) for x in f.links}
 
 
 def assert_found(imp: IbImport, truth: Fabric) -> None:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_attribution import link_set, slurm_partition
 
+from fabric_naming import link_set, slurm_partition
 from gpupool.fabric import Fabric, jsonio
 from gpupool.fabric.export.ibnetdiscover import to_ibnetdiscover
 from gpupool.fabric.parsers.attribution import NameSources

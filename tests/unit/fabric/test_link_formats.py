@@ -112,3 +112,15 @@ def test_ibnetdiscover_grouping_form() -> None:
     n = next(i for i, t in enumerate(cut) if t.startswith("caguid="))
     err = fail(parse_ibnetdiscover, "\n".join(cut[: n + 1]) + "\n")
     assert "truncated" in err.message
+
+
+def test_lst_line_without_description_braces_and_with_old_devid() -> None:
+    """ibdiagnet2.lst as seen in the wild: an 8-digit DevID (the old subnet.lst bug) and no {description}."""
+    ca = "{ CA Ports:02 SystemGUID:0002c90300165e63 NodeGUID:0002c90300165e60 PortGUID:0002c90300165e61 VenID:000002c9 DevID:1003 Rev:00000000  LID:0005 PN:01 }"
+    sw = "{ SW Ports:24 SystemGUID:0002c90300688830 NodeGUID:0002c90300688830 PortGUID:0002c90300688830 VenID:000002c9 DevID:c7380000 Rev:000000a1 {sw-a} LID:0002 PN:14 }"
+    f = parse_lst(f"{ca} {sw} PHY=4x LOG=ACT SPD=2.5\n").fabric
+    assert [(h.guid, h.description, h.system_guid, h.rate_gbps) for h in f.hcas] == [
+        ("0002c90300165e60", "", "0002c90300165e63", 10.0)
+    ]
+    assert f.switches[0].ports == 0x24 and f.links[0].b.port == 0x14
+    assert f.hcas[0].unattributed_reason == "empty node description"

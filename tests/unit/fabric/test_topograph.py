@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_attribution import slurm_partition
 
+from fabric_naming import slurm_partition
 from gpupool.domain.errors import ParseError
 from gpupool.fabric import Fabric, Tier, generators, jsonio
 from gpupool.fabric.export.slurm import topology_block

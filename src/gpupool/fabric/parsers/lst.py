@@ -8,7 +8,8 @@ Both tools write the same line per cabled port (opensm's ``osm_dump.c``; ibdiagn
 
 (one line in the file). Ports, LID and PN are hexadecimal; the node type is ``SW``, ``CA`` or ``Rt``, with
 ``-SM`` appended on the node the subnet manager runs on; ``SPD`` is the lane rate in Gb/s as the IB spec
-names it (``2.5`` SDR ... ``50`` HDR, ``100`` NDR, ``FDR10``, ``??`` unknown). A node is its node GUID and
+names it (``2.5`` SDR ... ``50`` HDR, ``100`` NDR, ``FDR10``, ``??`` unknown). Copies of ibdiagnet2.lst
+have been seen without the ``{description}`` of a node that has none; that is read as an empty description. A node is its node GUID and
 carries its system image GUID, so HCAs of one machine can be grouped as in ``ibnetdiscover``. A link whose
 logical state is ``DWN`` is not a link.
 """
@@ -40,7 +41,7 @@ LST_SPEEDS = {
 _KINDS = {"SW": SW, "CA": CA, "Rt": RT}
 _END = (
     r"\{\s*(SW|CA|Rt)(?:-SM)?\s+Ports:([0-9a-fA-F]+)\s+SystemGUID:([0-9a-fA-F]{1,16})\s+NodeGUID:([0-9a-fA-F]{1,16})"
-    r"\s+PortGUID:([0-9a-fA-F]{1,16})\s+VenID:[0-9a-fA-F]+\s+DevID:[0-9a-fA-F]+\s+Rev:[0-9a-fA-F]+\s+\{(.*?)\}"
+    r"\s+PortGUID:([0-9a-fA-F]{1,16})\s+VenID:[0-9a-fA-F]+\s+DevID:[0-9a-fA-F]+\s+Rev:[0-9a-fA-F]+(?:\s+\{(.*?)\})?"
     r"\s+LID:([0-9a-fA-F]+)\s+PN:([0-9a-fA-F]+)\s*\}"
 )
 _LINE_RE = re.compile(_END + r"\s*" + _END + r"\s*PHY=(\d+)x\s+LOG=(ACT|ARM|INI|DWN)\s+SPD=(\S+)")
@@ -65,7 +66,12 @@ def parse_lst(
         for off in (0, 8):
             kind, ports, sysguid, guid, _port_guid, desc, lid, pn = m.groups()[off : off + 8]
             node = DumpNode(
-                _KINDS[kind], guid_from_hex(guid), desc.strip(), int(ports, 16), int(lid, 16), guid_from_hex(sysguid)
+                _KINDS[kind],
+                guid_from_hex(guid),
+                (desc or "").strip(),
+                int(ports, 16),
+                int(lid, 16),
+                guid_from_hex(sysguid),
             )
             prev = nodes.get(node.guid)
             if prev is not None and (prev.kind, prev.description, prev.ports) != (
