@@ -124,3 +124,12 @@ def test_lst_line_without_description_braces_and_with_old_devid() -> None:
     ]
     assert f.switches[0].ports == 0x24 and f.links[0].b.port == 0x14
     assert f.hcas[0].unattributed_reason == "empty node description"
+
+
+def test_two_sides_printing_different_rates_give_the_slower_with_a_warning() -> None:
+    text = (IBSIM / "fat-tree-k4" / "ibnetdiscover.txt").read_text().split("\n")
+    n = next(i for i, t in enumerate(text) if t.startswith("[") and '"node001 mlx5_0"' in t)
+    text[n] = text[n].replace("4xEDR", "4xQDR")
+    imp = parse_ibnetdiscover("\n".join(text))
+    assert sorted({x.speed for x in imp.fabric.links}) == ["EDR", "QDR"]
+    assert any(f"line {n + 1}: the two sides" in w and "took 4xQDR" in w for w in imp.warnings)

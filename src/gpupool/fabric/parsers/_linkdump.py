@@ -10,7 +10,8 @@ parser turns its text into a ``LinkDump``; ``assemble`` does the rest once:
 - SHARP "Aggregation Node" CAs are switch internals: the CA and its link are dropped and counted. Routers
   are not modelled: they and their links are dropped with a warning.
 - An unknown rate (``4x???``) is taken from the other side; failing that, 4xSDR is assumed (the slowest rate
-  a live 4x link reports) and a warning says so, so a link is never silently invented fast.
+  a live 4x link reports) and a warning says so, so a link is never silently invented fast. Two sides that
+  print different rates give the slower one, with a warning.
 - Switch names: ``MF0;<name>:<model>/U1`` (Mellanox/NVIDIA managed switches) -> name and model.
 - Hosts come from ``attribution.attribute`` (its module says in which order of trust). No GPUs are known
   from a fabric dump, so every ``Host`` has ``gpus=()`` until inventories are merged (``fabric.merge``).
@@ -145,9 +146,15 @@ def _links(
         first = sides[0]
         if len({s.a for s in sides}) < 2:
             one_sided += 1
-        known = [s for s in sides if s.speed is not None]
+        known = [Link(first.a, first.b, s.width, s.speed) for s in sides if s.speed is not None]
         if known:
-            links.append(Link(first.a, first.b, known[0].width, known[0].speed or "SDR"))
+            slowest = min(known, key=lambda x: x.gbps)  # never take a link faster than one side says
+            if any(x.gbps != slowest.gbps for x in known):
+                warnings.append(
+                    f"line {first.line}: the two sides of link {first.a.node}[{first.a.port}] - "
+                    f"{first.b.node}[{first.b.port}] print different rates; took {slowest.width}x{slowest.speed}"
+                )
+            links.append(slowest)
         else:
             warnings.append(
                 f"line {first.line}: link {first.a.node}[{first.a.port}] - {first.b.node}[{first.b.port}] "

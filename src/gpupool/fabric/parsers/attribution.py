@@ -140,6 +140,44 @@ def _candidates(
     return {g: (strip_domain(h, sources.strip_domain), d, m) for g, (h, d, m) in out.items()}
 
 
+def _drop_clashes(
+    cand: dict[str, tuple[str, str, str]],
+    by_guid: Mapping[str, CaFacts],
+    ports_report: bool,
+    reason: dict[str, str],
+    warnings: list[str],
+) -> None:
+    """Two HCAs claiming one (host, device): two machines with one name, unless an operator's map says so."""
+    uses = Counter(
+        (h, d, by_guid[g].ports if ports_report else 0) for g, (h, d, m) in cand.items() if d and m != HOST_MAP
+    )
+    clashes = {h for (h, d, _), n in uses.items() if n > 1}
+    for g, (h, _, m) in list(cand.items()):
+        if h in clashes and m != HOST_MAP:
+            reason[g] = f"host name {h!r} is used by more than one machine (a device of it is claimed twice)"
+            del cand[g]
+    if clashes:
+        listed = ", ".join(sorted(clashes, key=natural_key))
+        warnings.append(f"host names used by more than one machine, left unattributed: {listed}")
+
+
+def _note_disagreements(
+    cand: Mapping[str, tuple[str, str, str]], by_guid: Mapping[str, CaFacts], domain: str, warnings: list[str]
+) -> None:
+    """A map naming an HCA's host differently from the HCA's own description: the map wins, once said."""
+    disagree = [
+        g
+        for g, (h, _, m) in cand.items()
+        if m != DESCRIPTION and (own := split_description(by_guid[g].description)[0]) and strip_domain(own, domain) != h
+    ]
+    if disagree:
+        g = disagree[0]
+        warnings.append(
+            f"{len(disagree)} HCAs named by a map whose own description names another host "
+            f"(e.g. {g}: {by_guid[g].description!r} -> {cand[g][0]}); the map was followed"
+        )
+
+
 def attribute(
     cas: Sequence[CaFacts],
     sources: NameSources,
@@ -158,31 +196,8 @@ def attribute(
     cand = _candidates(cas, sources, desc, reason)
     by_guid = {c.guid: c for c in cas}
 
-    # Two HCAs claiming one (host, device): two machines with one name, unless an operator's map says so.
-    uses = Counter(
-        (h, d, by_guid[g].ports if ports_report else 0) for g, (h, d, m) in cand.items() if d and m != HOST_MAP
-    )
-    clashes = {h for (h, d, _), n in uses.items() if n > 1}
-    for g, (h, _, m) in list(cand.items()):
-        if h in clashes and m != HOST_MAP:
-            reason[g] = f"host name {h!r} is used by more than one machine (a device of it is claimed twice)"
-            del cand[g]
-    if clashes:
-        listed = ", ".join(sorted(clashes, key=natural_key))
-        warnings.append(f"host names used by more than one machine, left unattributed: {listed}")
-    disagree = [
-        g
-        for g, (h, _, m) in cand.items()
-        if m != DESCRIPTION
-        and (own := split_description(by_guid[g].description)[0])
-        and strip_domain(own, sources.strip_domain) != h
-    ]
-    if disagree:
-        g = disagree[0]
-        warnings.append(
-            f"{len(disagree)} HCAs named by a map whose own description names another host "
-            f"(e.g. {g}: {by_guid[g].description!r} -> {cand[g][0]}); the map was followed"
-        )
+    _drop_clashes(cand, by_guid, ports_report, reason, warnings)
+    _note_disagreements(cand, by_guid, sources.strip_domain, warnings)
 
     found = {g: (h, m) for g, (h, _, m) in cand.items()}
     found.update(_by_system_guid(cas, found, warnings))

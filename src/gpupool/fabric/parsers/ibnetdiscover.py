@@ -66,6 +66,8 @@ _NODE_KIND = {"Switch": SW, "Ca": CA, "Rt": RT}
 
 
 def _parse_default(lines: list[str], source: str) -> LinkDump:
+    # One pass over the lines as a small state machine (header lines, a node line, its port lines, a blank
+    # line): kept in one function so every state change sits beside the line kind that causes it.
     nodes: list[DumpNode] = []
     halves: list[HalfLink] = []
     declared: dict[str, int] = {}
