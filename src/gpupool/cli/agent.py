@@ -25,7 +25,10 @@ from gpupool.domain.labels import parse_assignments, parse_labels_file
 
 
 def agent(
-    server: Annotated[str, typer.Option("--server", help="Server URL, e.g. http://gpupool.example:8000.")],
+    server: Annotated[
+        str,
+        typer.Option("--server", envvar="GPUPOOL_SERVER", help="Server URL, e.g. https://gpupool.example:8765."),
+    ],
     join_token: Annotated[
         str, typer.Option("--join-token", envvar="GPUPOOL_JOIN_TOKEN", help="Join token (or $GPUPOOL_JOIN_TOKEN).")
     ],
