@@ -29,7 +29,7 @@ from gpupool.domain.events import JobPlaced, JobSubmitted
 from gpupool.domain.jobs import Allocation, GpuShare, JobSpec, PriorityClass, TaskAllocation
 from gpupool.domain.sharing import Quota
 from gpupool.fabric.generators import superpod
-from gpupool.scheduler import PreemptionConfig, SchedulerConfig, ScheduleRequest, SharingPolicy, schedule
+from gpupool.scheduler import NO_SHARING, PreemptionConfig, SchedulerConfig, ScheduleRequest, SharingPolicy, schedule
 
 
 def fill(state: ClusterState, rng: np.random.Generator, target: float) -> int:
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     filled = 1.0 - state.snapshot().free_gpus() / fab.gpu_count
     setup_s = time.perf_counter() - t0
     cfg = SchedulerConfig(policy=args.policy, placer=args.placement, max_placements_per_cycle=args.per_cycle)
-    sharing = None
+    sharing: SharingPolicy | None = None
     if args.sharing:
         cal = parse_calendar(
             'timezone = "UTC"\ndefault_pool = "default"\n[[pool]]\nname = "inference"\nsus = [1, 2, 3, 4]\n'
@@ -139,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         snap = state.snapshot()
         if not snap.pending:
             break
-        req = ScheduleRequest(snap, tuple(pend) if sharing else snap.pending, float(len(cycle_s)), cfg, sharing)
+        req = ScheduleRequest(
+            snap, tuple(pend) if sharing else snap.pending, float(len(cycle_s)), cfg, sharing or NO_SHARING
+        )
         if prof:
             prof.enable()
         t, c = time.perf_counter(), time.process_time()

@@ -6,7 +6,7 @@ The trace (Philly-derived, 30,940 jobs over 5.6 h, strict and best-effort) is cu
 the first ``--hours`` and run on a leaf/spine cluster of ``--gpus`` H100s (8 per host). Every arm gives
 the scheduler the trace durations as estimates (Chronus profiles each job before admitting it; deadline
 admission without an estimate would assume the one-hour default and refuse almost every job).
-Arms: fifo, priority, edf (the plain cycle); edf+admission and slack+admission (the sharing cycle: a
+Arms: fifo, priority, edf (no sharing rules); edf+admission and slack+admission (deadline admission: a
 strict job that cannot finish by its deadline even if started now is refused, and with ``slack`` a job's
 priority rises as its slack shrinks). Jobs refused or still waiting count as missed.
 """

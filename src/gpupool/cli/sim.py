@@ -88,7 +88,7 @@ def _sharing(
     """The run's sharing options. ``gittins`` is a preemptive policy: with ``--preemption`` it preempts by its
     index (``--preemption-by-service`` implied) and, unless ``--max-lost-s`` says otherwise, only victims that
     checkpointed in the last 60 s, which the engine checks at every checkpoint."""
-    if policy == "gittins" and preemption and not by_service:
+    if policy in POLICIES and POLICIES[policy].preempts_by_service and preemption and not by_service:
         by_service = True
         max_lost_s = GITTINS_MAX_LOST_S if max_lost_s is None else max_lost_s
     modes = {m.value: m for m in BackfillMode}

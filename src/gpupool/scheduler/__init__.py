@@ -3,11 +3,13 @@ May import: ``gpupool.cluster``, ``gpupool.fabric``, ``gpupool.domain``, NumPy, 
 Must not import: clocks, random, uuid, asyncio, os, sockets, ``store``, ``server``, ``agent``, ``sim``.
 """
 
-from gpupool.scheduler.core import schedule
+from gpupool.scheduler.cycle import schedule
 from gpupool.scheduler.placers import PLACERS, get_placer
 from gpupool.scheduler.policies import POLICIES, get_policy
 from gpupool.scheduler.types import (
+    NO_SHARING,
     BackfillMode,
+    CycleInputs,
     Preemption,
     PreemptionConfig,
     ReasonCode,
@@ -23,9 +25,11 @@ from gpupool.scheduler.types import (
 )
 
 __all__ = [
+    "NO_SHARING",
     "PLACERS",
     "POLICIES",
     "BackfillMode",
+    "CycleInputs",
     "Preemption",
     "PreemptionConfig",
     "ReasonCode",

@@ -19,7 +19,7 @@ from gpupool.cluster.snapshot import NODE_UP, ClusterSnapshot
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
 from gpupool.scheduler.backfill import expected_end
 from gpupool.scheduler.pools import pool_busy, pool_map
-from gpupool.scheduler.types import SharingPolicy
+from gpupool.scheduler.types import CycleInputs, SharingPolicy
 
 
 class Verdict(StrEnum):
@@ -42,13 +42,20 @@ def _gpus(job: JobSpec, tasks: int) -> int:
 
 
 def admit(
-    snapshot: ClusterSnapshot, job: JobSpec, queue: Sequence[JobSpec], now_s: float, config: SharingPolicy
+    snapshot: ClusterSnapshot,
+    job: JobSpec,
+    queue: Sequence[JobSpec],
+    now_s: float,
+    config: SharingPolicy,
+    inputs: CycleInputs | None = None,
 ) -> Admission:
-    """``queue``: the jobs that go before ``job`` (in policy order); the job itself is skipped if listed."""
+    """``queue``: the jobs that go before ``job`` (in policy order); the job itself is skipped if listed.
+    ``inputs``: the cycle's pool demand targets, which move hosts between pools (none when None)."""
     ix = snapshot.index
     hosts = snapshot.node_state == NODE_UP
     if config.calendar is not None:
-        pools = pool_map(ix, config.calendar, now_s, config.pool_demand, pool_busy(ix, snapshot.running))
+        demand = inputs.pool_demand if inputs is not None else ()
+        pools = pool_map(ix, config.calendar, now_s, demand, pool_busy(ix, snapshot.running))
         hosts = hosts & pools.owned_by(job.pool)
     capacity = int(ix.host_gpus[hosts].sum())
     used = 0

@@ -20,6 +20,13 @@ def _gpus(n: int) -> str:
 
 
 def diagnose(cap: Capacity, need: Need) -> tuple[ReasonCode, str]:
+    """Why ``need`` does not fit the capacity as it is: ``never_fits``' answer, or what capacity lacks."""
+    return never_fits(cap, need) or _lacks(cap, need)
+
+
+def never_fits(cap: Capacity, need: Need) -> tuple[ReasonCode, str] | None:
+    """NO_MATCHING_HOSTS or UNSATISFIABLE when ``need`` can never fit this fabric, even empty; else None.
+    Depends on the fabric and the need alone, never on what is free."""
     ix = cap.index
     job = need.job
     # Without a mask every host counts: the arrays themselves, no masked copies (a blocked queue asks often).
@@ -40,17 +47,8 @@ def diagnose(cap: Capacity, need: Need) -> tuple[ReasonCode, str]:
     if need.share:
         if need.share_mem > int((ix.gpu_memory_mib[mask] if masked else ix.gpu_memory_mib).max()):
             return ReasonCode.UNSATISFIABLE, f"needs {need.share_mem} MiB of GPU memory; the largest GPU has less"
-        fits = cap.usable & (cap.free_milli >= need.share_milli) & (cap.free_mem >= need.share_mem)
-        if masked:
-            fits &= mask[:, None]
-        n_fit = int(fits.sum())
-        desc = f"{need.tasks} x {need.share_milli} milli-GPU/{need.share_mem} MiB"
-        if n_fit == 0:
-            return ReasonCode.NO_CAPACITY, f"needs {desc}; no GPU{where} has that much free"
-        if need.required:
-            return ReasonCode.TOPOLOGY, f"needs {desc} in {_SCOPE_WORDS[job.topology.scope]}; no such domain has room"
-        return ReasonCode.NO_CAPACITY, f"needs {desc}; only {n_fit} GPU(s) can take one"
-    T, g, total = need.tasks, need.gpus, need.total
+        return None
+    g, total = need.gpus, need.total
     host_gpus = np.where(mask, ix.host_gpus, 0) if masked else ix.host_gpus
     if g > int(host_gpus.max()):
         return (
@@ -65,6 +63,28 @@ def diagnose(cap: Capacity, need: Need) -> tuple[ReasonCode, str]:
             return ReasonCode.UNSATISFIABLE, (
                 f"needs {_gpus(total)} in {_SCOPE_WORDS[job.topology.scope]}; the largest has {static[1]}"
             )
+    return None
+
+
+def _lacks(cap: Capacity, need: Need) -> tuple[ReasonCode, str]:
+    """What the free capacity lacks for a ``need`` that could fit the fabric."""
+    ix = cap.index
+    job = need.job
+    masked = need.mask is not None
+    mask = need.mask if need.mask is not None else np.ones(0, dtype=np.bool_)  # only read when masked
+    where = " on matching hosts" if masked else ""
+    if need.share:
+        fits = cap.usable & (cap.free_milli >= need.share_milli) & (cap.free_mem >= need.share_mem)
+        if masked:
+            fits &= mask[:, None]
+        n_fit = int(fits.sum())
+        desc = f"{need.tasks} x {need.share_milli} milli-GPU/{need.share_mem} MiB"
+        if n_fit == 0:
+            return ReasonCode.NO_CAPACITY, f"needs {desc}; no GPU{where} has that much free"
+        if need.required:
+            return ReasonCode.TOPOLOGY, f"needs {desc} in {_SCOPE_WORDS[job.topology.scope]}; no such domain has room"
+        return ReasonCode.NO_CAPACITY, f"needs {desc}; only {n_fit} GPU(s) can take one"
+    T, g, total = need.tasks, need.gpus, need.total
     free = np.where(mask, cap.free_whole, 0) if masked else cap.free_whole
     n_free = int(free.sum())
     if n_free < total:

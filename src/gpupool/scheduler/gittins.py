@@ -14,7 +14,7 @@ quantum worth giving every new job before demoting it.
 The scheduler knows no job's runtime. What it knows is ``ServiceHistory``: the total GPU-seconds of service
 (wall time x GPUs over all runs, as ``ClusterSnapshot.attained_gpu_s`` counts it) of jobs that already
 finished, which the caller (the simulator's engine, the server's loop) collects from completions and
-passes as ``SharingPolicy.service_history``. Until enough jobs finished, a prior of pseudo-samples spread
+passes as ``CycleInputs.service_history``. Until enough jobs finished, a prior of pseudo-samples spread
 evenly on a log scale (a heavy tail: LAS-like) fills in; the prior weighs as ``prior_weight`` samples, so
 real completions soon dominate. Jobs of every size share one distribution of GPU-seconds (Tiresias' 2D);
 with ``by_gpu_count`` a job's own group (its GPU count) is used once it holds ``min_group_samples``

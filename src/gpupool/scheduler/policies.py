@@ -2,12 +2,18 @@
 
 Every key ends with ``(-priority, submit_time_s, job_id)``, so the order is total and does not depend on
 the order jobs arrive in the request.
+
+A policy declares what it needs and how it ranks, so that nothing outside this registry tests a policy's
+name: ``uses_service_history`` (the caller must collect finished jobs' GPU-service into
+``CycleInputs.service_history``), ``preempts_by_service`` (a preemptive policy: with preemption on, a job it
+ranks first may preempt a running one it ranks later) and ``service_ranker`` (the rank preemption by
+service compares: the LAS queue, or the negated Gittins index).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol
@@ -16,10 +22,12 @@ from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.errors import UnknownNameError
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec, PriorityClass
 from gpupool.scheduler.gittins import GittinsView, ServiceHistory
-from gpupool.scheduler.types import SchedulerConfig, SharingPolicy
+from gpupool.scheduler.types import SchedulerConfig, ScheduleRequest, SharingPolicy
 
 SortKey = tuple[float | int | str, ...]
 KeyFn = Callable[[JobSpec], SortKey]
+# (job, attained GPU-seconds, running?) -> its service rank; lower ranks first (preemption by service).
+ServiceRanker = Callable[[JobSpec, float, bool], float]
 
 
 def _tie(job: JobSpec) -> tuple[int, float, str]:
@@ -30,33 +38,50 @@ class QueuePolicy(Protocol):
     @property
     def name(self) -> str: ...
 
-    def prepare(
-        self,
-        pending: Sequence[JobSpec],
-        now_s: float,
-        snapshot: ClusterSnapshot,
-        config: SchedulerConfig,
-        sharing: SharingPolicy | None,
-    ) -> KeyFn:
+    @property
+    def uses_service_history(self) -> bool:
+        """The caller must fill ``CycleInputs.service_history`` from completions (``gittins.HistoryBuilder``)."""
+        ...
+
+    @property
+    def preempts_by_service(self) -> bool:
+        """A preemptive policy: turning preemption on implies preemption by service rank."""
+        ...
+
+    def prepare(self, request: ScheduleRequest) -> KeyFn:
         """The sort key for this cycle; a policy that ranks jobs against each other computes it here."""
         ...
 
+    def service_ranker(self, request: ScheduleRequest) -> ServiceRanker:
+        """This cycle's service rank for preemption by service."""
+        ...
+
+
+def las_ranker(request: ScheduleRequest) -> ServiceRanker:
+    limits = request.config.las_thresholds_gpu_s
+    return lambda job, attained, running: float(las_queue(attained, limits))
+
 
 @dataclass(frozen=True, slots=True)
-class _ByKey:
+class _Policy:
+    """What most policies declare: no service history, not preemptive, ranked by LAS queue for preemption."""
+
+    uses_service_history: bool = False
+    preempts_by_service: bool = False
+
+    def service_ranker(self, request: ScheduleRequest) -> ServiceRanker:
+        return las_ranker(request)
+
+
+@dataclass(frozen=True, slots=True)
+class _ByKey(_Policy):
     """A policy whose key depends on the job alone (and the cycle's inputs)."""
 
     def key(self, job: JobSpec, now_s: float, snapshot: ClusterSnapshot, config: SchedulerConfig) -> SortKey:
         raise NotImplementedError
 
-    def prepare(
-        self,
-        pending: Sequence[JobSpec],
-        now_s: float,
-        snapshot: ClusterSnapshot,
-        config: SchedulerConfig,
-        sharing: SharingPolicy | None,
-    ) -> KeyFn:
+    def prepare(self, request: ScheduleRequest) -> KeyFn:
+        now_s, snapshot, config = request.now_s, request.snapshot, request.config
         return lambda j: self.key(j, now_s, snapshot, config)
 
 
@@ -77,14 +102,7 @@ class Priority(_ByKey):
     def key(self, job: JobSpec, now_s: float, snapshot: ClusterSnapshot, config: SchedulerConfig) -> SortKey:
         return _tie(job)
 
-    def prepare(
-        self,
-        pending: Sequence[JobSpec],
-        now_s: float,
-        snapshot: ClusterSnapshot,
-        config: SchedulerConfig,
-        sharing: SharingPolicy | None,
-    ) -> KeyFn:
+    def prepare(self, request: ScheduleRequest) -> KeyFn:
         return _tie  # the same key without two calls per job: sorting 20,000 jobs is a cycle's fixed cost
 
 
@@ -134,30 +152,26 @@ class LeastAttainedService(_ByKey):
         return (queue, job.submit_time_s, -int(job.priority), job.job_id)
 
 
-def service_history(config: SchedulerConfig, sharing: SharingPolicy | None) -> ServiceHistory:
+def service_history(request: ScheduleRequest) -> ServiceHistory:
     """The request's finished-job service distribution, or the prior alone when it carries none."""
-    got = sharing.service_history if sharing is not None else None
-    return got if got is not None else ServiceHistory.empty(config.gittins)
+    got = request.inputs.service_history
+    return got if got is not None else ServiceHistory.empty(request.config.gittins)
 
 
 @dataclass(frozen=True, slots=True)
-class GittinsIndex:
+class GittinsIndex(_Policy):
     """Highest Gittins index of attained GPU-service first (``scheduler.gittins``), against the distribution
-    of finished jobs of the same GPU count (``SharingPolicy.service_history``); FIFO among equal indices.
-    Needs no runtime estimates: only attained service and completions of other jobs."""
+    of finished jobs of the same GPU count (``CycleInputs.service_history``); FIFO among equal indices.
+    Needs no runtime estimates: only attained service and completions of other jobs. Preemptive: with
+    preemption on, a job of a higher index preempts a running one of a lower index (counting its run)."""
 
+    uses_service_history: bool = True
+    preempts_by_service: bool = True
     name: str = "gittins"
 
-    def prepare(
-        self,
-        pending: Sequence[JobSpec],
-        now_s: float,
-        snapshot: ClusterSnapshot,
-        config: SchedulerConfig,
-        sharing: SharingPolicy | None,
-    ) -> KeyFn:
-        view = gittins_view(snapshot, now_s, config, sharing)
-        attained = snapshot.attained_gpu_s
+    def prepare(self, request: ScheduleRequest) -> KeyFn:
+        view = gittins_view(request)
+        attained = request.snapshot.attained_gpu_s
         return lambda j: (
             -view.index(j.total_gpus, attained.get(j.job_id, 0.0), j.submit_time_s),
             j.submit_time_s,
@@ -165,14 +179,23 @@ class GittinsIndex:
             j.job_id,
         )
 
+    def service_ranker(self, request: ScheduleRequest) -> ServiceRanker:
+        """The negated index; a running job's raised by ``GittinsConfig.running_bonus``."""
+        view = gittins_view(request)
+        bonus = 1.0 + request.config.gittins.running_bonus
 
-def gittins_view(
-    snapshot: ClusterSnapshot, now_s: float, config: SchedulerConfig, sharing: SharingPolicy | None
-) -> GittinsView:
+        def rank(job: JobSpec, attained: float, running: bool) -> float:
+            return -view.index(job.total_gpus, attained, job.submit_time_s) * (bonus if running else 1.0)
+
+        return rank
+
+
+def gittins_view(request: ScheduleRequest) -> GittinsView:
     """This cycle's Gittins ranking; with cohorts, every job in the system is a censored sample."""
-    hist = service_history(config, sharing)
+    hist = service_history(request)
     if hist.config.cohort_window_s <= 0:
         return hist.view(())
+    snapshot, now_s = request.snapshot, request.now_s
     att = snapshot.attained_gpu_s
     alive = [(j.submit_time_s, att.get(j.job_id, 0.0)) for j in snapshot.pending]
     alive += [
@@ -180,26 +203,6 @@ def gittins_view(
         for jid, r in snapshot.running.items()
     ]
     return hist.view(alive)
-
-
-def service_rank(
-    job: JobSpec,
-    attained_gpu_s: float,
-    config: SchedulerConfig,
-    sharing: SharingPolicy | None,
-    *,
-    running: bool = False,
-    view: GittinsView | None = None,
-) -> float:
-    """Preemption by service: a job whose rank is lower than a running job's may take its GPUs. The negated
-    Gittins index under ``gittins`` (a running job's raised by ``GittinsConfig.running_bonus``); the LAS
-    queue under every other policy."""
-    if config.policy == "gittins":
-        bonus = 1.0 + config.gittins.running_bonus if running else 1.0
-        if view is None:
-            return -service_history(config, sharing).index(job.total_gpus, attained_gpu_s) * bonus
-        return -view.index(job.total_gpus, attained_gpu_s, job.submit_time_s) * bonus
-    return float(las_queue(attained_gpu_s, config.las_thresholds_gpu_s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,33 +219,26 @@ class EarliestDeadlineFirst(_ByKey):
         return (0, slack, *_tie(job))
 
 
-def slack_priority(job: JobSpec, now_s: float, sharing: SharingPolicy | None) -> int:
+def slack_priority(job: JobSpec, now_s: float, sharing: SharingPolicy) -> int:
     """A deadline job's priority, raised by one class for each ``slack_boost_at`` ratio its slack / runtime
     has fallen to (up to REALTIME); other jobs keep theirs."""
     if job.deadline_s is None:
         return int(job.priority)
-    sh = sharing or SharingPolicy()
-    runtime = job.runtime_with(job.tasks, sh.default_runtime_s)
+    runtime = job.runtime_with(job.tasks, sharing.default_runtime_s)
     ratio = (job.deadline_s - now_s - runtime) / runtime
-    boost = sum(1 for r in sh.slack_boost_at if ratio <= r)
+    boost = sum(1 for r in sharing.slack_boost_at if ratio <= r)
     return min(int(PriorityClass.REALTIME), int(job.priority) + boost)
 
 
 @dataclass(frozen=True, slots=True)
-class Slack:
+class Slack(_Policy):
     """Priority classes with deadline jobs raised as their slack shrinks, least slack first inside a class."""
 
     name: str = "slack"
 
-    def prepare(
-        self,
-        pending: Sequence[JobSpec],
-        now_s: float,
-        snapshot: ClusterSnapshot,
-        config: SchedulerConfig,
-        sharing: SharingPolicy | None,
-    ) -> KeyFn:
-        default = (sharing or SharingPolicy()).default_runtime_s
+    def prepare(self, request: ScheduleRequest) -> KeyFn:
+        now_s, sharing = request.now_s, request.sharing
+        default = sharing.default_runtime_s
 
         def key(j: JobSpec) -> SortKey:
             slack = math.inf if j.deadline_s is None else j.deadline_s - now_s - j.runtime_with(j.tasks, default)
@@ -252,7 +248,7 @@ class Slack:
 
 
 @dataclass(frozen=True, slots=True)
-class FairShare:
+class FairShare(_Policy):
     """Weighted dominant resource fairness with decayed history, by progressive filling.
 
     A tenant's standing is its dominant share now (the largest of its GPU, CPU and memory fractions of the
@@ -263,15 +259,8 @@ class FairShare:
 
     name: str = "fair"
 
-    def prepare(
-        self,
-        pending: Sequence[JobSpec],
-        now_s: float,
-        snapshot: ClusterSnapshot,
-        config: SchedulerConfig,
-        sharing: SharingPolicy | None,
-    ) -> KeyFn:
-        sh = sharing or SharingPolicy()
+    def prepare(self, request: ScheduleRequest) -> KeyFn:
+        sh, snapshot, pending, usage = request.sharing, request.snapshot, request.pending, request.inputs.usage_gpu_s
         ix = snapshot.index
         gpus = max(1.0, float(ix.host_gpus.sum()))
         cpu = max(1.0, float(ix.host_cpu_millicores.sum()))
@@ -289,7 +278,7 @@ class FairShare:
         standing: dict[str, float] = {}
         for t in {j.tenant for j in pending} | set(used):
             u = used.get(t, [0.0, 0.0, 0.0])
-            history = sh.usage_gpu_s.get(t, 0.0) / (gpus * sh.usage_half_life_s)
+            history = usage.get(t, 0.0) / (gpus * sh.usage_half_life_s)
             standing[t] = dominant(u[0], u[1], u[2]) + history
         keys: dict[str, float] = {}
         for j in sorted(pending, key=_tie):
@@ -326,12 +315,5 @@ def get_policy(name: str) -> QueuePolicy:
         raise UnknownNameError(f"unknown queue policy {name!r}; known: {', '.join(sorted(POLICIES))}") from None
 
 
-def order(
-    policy: QueuePolicy,
-    pending: Sequence[JobSpec],
-    now_s: float,
-    snapshot: ClusterSnapshot,
-    config: SchedulerConfig,
-    sharing: SharingPolicy | None = None,
-) -> list[JobSpec]:
-    return sorted(pending, key=policy.prepare(pending, now_s, snapshot, config, sharing))
+def order(policy: QueuePolicy, request: ScheduleRequest) -> list[JobSpec]:
+    return sorted(request.pending, key=policy.prepare(request))

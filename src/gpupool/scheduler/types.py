@@ -107,30 +107,55 @@ class PreemptionConfig:
 
 @dataclass(frozen=True, slots=True)
 class SharingPolicy:
-    """Tenants, quotas, pools and their calendar, preemption, backfill and deadlines for one cycle.
+    """Configuration of the sharing rules: tenants, quotas, pools and their calendar, preemption, backfill and
+    deadlines. It changes when an operator changes it; what changes every cycle travels in ``CycleInputs``.
 
-    Static parts (quotas, weights, calendar, the configs) and per-cycle inputs (``usage_gpu_s``, decayed by
-    the caller; ``pool_demand``) travel together; the caller replaces the inputs each cycle.
     ``require_quota``: a tenant without a quota in a pool may not run there (else it is unrestricted).
+    ``deadline_admission``: a deadline job that cannot finish by its deadline even if started now waits
+    (DEADLINE_INFEASIBLE), and an elastic one (``min_tasks``) may start on fewer tasks while that size still
+    meets it; off, deadlines only order the queue (``edf``, ``slack``).
     """
 
     quotas: tuple[Quota, ...] = ()
     require_quota: bool = False
     weights: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # tenant -> weight (1)
-    usage_gpu_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # decayed, per tenant
     usage_half_life_s: float = 7 * 86400.0
     calendar: Calendar | None = None
-    pool_demand: tuple[PoolDemand, ...] = ()
     lend_pools: bool = True  # jobs may borrow other pools' idle hosts (reclaimed when the owner needs them)
     preemption: PreemptionConfig = PreemptionConfig()
     backfill: BackfillMode = BackfillMode.NONE
     max_reservations: int = 16  # conservative backfill: reservations per cycle
     default_runtime_s: float = 3600.0  # for jobs without an estimate (backfill, deadlines, slack)
     deadline_at_risk: float = 0.1  # at risk when the predicted slack is under this fraction of the runtime
-    refuse_infeasible_deadlines: bool = True
+    deadline_admission: bool = True
     slack_boost_at: tuple[float, ...] = (2.0, 0.5)  # slack / runtime ratios at which priority rises by one
-    # Per-cycle input for ``gittins``: finished jobs' GPU-service (None: the policy's prior alone).
-    service_history: ServiceHistory | None = None
+
+    @property
+    def plain(self) -> bool:
+        """No quotas, pools, preemption, backfill or deadline admission: the cycle only orders and places."""
+        return (
+            not self.quotas
+            and not self.require_quota
+            and self.calendar is None
+            and not self.preemption.enabled
+            and self.backfill is BackfillMode.NONE
+            and not self.deadline_admission
+        )
+
+
+# What a request without sharing rules means: quotas, pools, preemption, backfill and deadline admission off.
+NO_SHARING = SharingPolicy(preemption=PreemptionConfig(enabled=False), deadline_admission=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleInputs:
+    """What the caller measures and hands in every cycle (the server's loop and the simulator's engine alike,
+    through ``scheduler.driver``): decayed GPU-seconds per tenant (``fair``), pools' demand targets (a
+    calendar's reclaims), and finished jobs' GPU-service for a policy that ``uses_service_history``."""
+
+    usage_gpu_s: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # decayed, per tenant
+    pool_demand: tuple[PoolDemand, ...] = ()
+    service_history: ServiceHistory | None = None  # None: the policy's prior alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +180,8 @@ class ScheduleRequest:
     pending: tuple[JobSpec, ...]
     now_s: float
     config: SchedulerConfig = SchedulerConfig()
-    sharing: SharingPolicy | None = None  # None: no quotas, pools, preemption or backfill (issue 3 behaviour)
+    sharing: SharingPolicy = NO_SHARING
+    inputs: CycleInputs = CycleInputs()
     # The target workload the ``frag`` placer measures fragmentation against; empty: this cycle's queue.
     workload_mix: tuple[RequestType, ...] = ()
 

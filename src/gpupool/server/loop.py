@@ -21,7 +21,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,7 +45,7 @@ from gpupool.domain.events import (
 )
 from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec
 from gpupool.domain.states import JobState, NodeState
-from gpupool.scheduler import SchedulerConfig, ScheduleRequest, SharingPolicy, schedule
+from gpupool.scheduler import CycleInputs, SchedulerConfig, ScheduleRequest, SharingPolicy, get_policy, schedule
 from gpupool.scheduler.deadlines import Admission, admit
 from gpupool.scheduler.gittins import HistoryBuilder
 from gpupool.schemas.agent import SignalCommand
@@ -144,13 +144,15 @@ class SchedulingLoop:
         # Heartbeats' events (``server.live``), handed over by the gateway after their writes committed.
         self.live = LiveInbox(self.nudge)
         self._sharing = SharingBuilder(store, settings)
-        # ``gittins`` learns the distribution of service from completions (``SharingPolicy.service_history``),
-        # as the simulator's engine does: each job the sync sees finish (not fail or be cancelled) while running
-        # adds its GPU-seconds (all its runs, as the state counts them) and submit time. Kept across rebuilds; a new leader starts empty.
-        self._history = HistoryBuilder(self._config.gittins) if self._config.policy == "gittins" else None
+        # A policy that ranks by service (``gittins``) learns its distribution from completions
+        # (``CycleInputs.service_history``), as the simulator's engine does: each job the sync sees finish (not
+        # fail or be cancelled) while running adds its GPU-seconds (all its runs, as the state counts them) and
+        # submit time. Kept across rebuilds; a new leader starts empty.
+        uses_history = get_policy(self._config.policy).uses_service_history
+        self._history = HistoryBuilder(self._config.gittins) if uses_history else None
         self._signalled: set[tuple[str, float]] = set()  # (job, preemption time) already asked to checkpoint
         # The last cycle's immutable inputs, for /why's deadline admission from request threads.
-        self._view: tuple[ClusterSnapshot, tuple[JobSpec, ...], SharingPolicy] | None = None
+        self._view: tuple[ClusterSnapshot, tuple[JobSpec, ...], SharingPolicy, CycleInputs] | None = None
         # Jobs this process committed since the last sync (from the group-commit writer): their specs, so the
         # sync folds them in without reading each spec back (a hint: a job missing here is read as before).
         self._fresh_lock = threading.Lock()
@@ -243,11 +245,11 @@ class SchedulingLoop:
         self._requeue_bad(state, now)
         snap = state.snapshot()
         pending = tuple(j for j in snap.pending if self._db_state.get(j.job_id) is JobState.PENDING)
-        sharing = self._sharing.policy(snap, now)
-        if self._history is not None:
-            sharing = replace(sharing, service_history=self._history.history())
-        self._view = (snap, pending, sharing)
-        result = schedule(ScheduleRequest(snap, pending, now, self._config, sharing))
+        sharing = self._sharing.policy()
+        history = self._history.history() if self._history is not None else None
+        inputs = CycleInputs(usage_gpu_s=self._sharing.usage(snap, now), service_history=history)
+        self._view = (snap, pending, sharing, inputs)
+        result = schedule(ScheduleRequest(snap, pending, now, self._config, sharing, inputs))
         placed = preempted = 0
         for p in result.preemptions:
             preempted += self._preempt(state, p.job_id, f"{p.reason.value}: {p.message}", now)
@@ -280,6 +282,12 @@ class SchedulingLoop:
         view = self._view
         return None if view is None else view[2]
 
+    @property
+    def inputs(self) -> CycleInputs | None:
+        """The last cycle's measured inputs (usage, service history), as ``schedule()`` got them."""
+        view = self._view
+        return None if view is None else view[3]
+
     def admission(self, job: JobSpec) -> Admission | None:
         """Deadline admission of a pending ``job`` against the last cycle's view (None before the first cycle).
 
@@ -288,10 +296,10 @@ class SchedulingLoop:
         view = self._view
         if view is None:
             return None
-        snap, pending, sharing = view
+        snap, pending, sharing, inputs = view
         rank = (-int(job.priority), job.submit_time_s, job.job_id)
         ahead = [j for j in pending if (-int(j.priority), j.submit_time_s, j.job_id) < rank]
-        return admit(snap, job, ahead, self._clock(), sharing)
+        return admit(snap, job, ahead, self._clock(), sharing, inputs)
 
     def _place(self, state: ClusterState, alloc: Allocation, now: float) -> int:
         job_id = alloc.job_id

@@ -1,16 +1,16 @@
-"""The scheduler's ``SharingPolicy`` built from the store: tenants' weights, quotas, pool calendars, usage.
+"""The scheduler's ``SharingPolicy`` built from the store (tenants' weights, quotas, pool calendars) and the
+per-cycle usage the server measures.
 
-The static part (weights, quotas, the merged calendar, preemption settings) is rebuilt only when what it
-is made of changed: the tenants, quotas and pools are read each cycle (three small reads) and compared to
-what the cached policy was built from. Decayed usage per tenant is folded in each cycle from the jobs that
-hold GPUs, so fair share sees history without reading the usage table.
+The policy (weights, quotas, the merged calendar, preemption settings) is rebuilt only when what it is made
+of changed: the tenants, quotas and pools are read each cycle (three small reads) and compared to what the
+cached policy was built from. Decayed usage per tenant (``CycleInputs.usage_gpu_s``) is folded in each
+cycle from the jobs that hold GPUs, so fair share sees history without reading the usage table.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import replace
 from types import MappingProxyType
 
 from gpupool.cluster.snapshot import ClusterSnapshot
@@ -53,7 +53,12 @@ class SharingBuilder:
         self._usage_at: float | None = None
         self.latest: SharingPolicy | None = None
 
-    def policy(self, snap: ClusterSnapshot, now_s: float) -> SharingPolicy:
+    def usage(self, snap: ClusterSnapshot, now_s: float) -> MappingProxyType[str, float]:
+        """Decayed GPU-seconds per tenant up to ``now_s`` (call once per cycle: it folds in the time since)."""
+        self._fold_usage(snap, now_s)
+        return MappingProxyType(dict(self._usage))
+
+    def policy(self) -> SharingPolicy:
         tenants = self._store.list_tenants()
         quotas = self._store.list_quotas()
         pools = self._store.list_pools()
@@ -71,8 +76,7 @@ class SharingBuilder:
                 ),
             )
             self._key = key
-        self._fold_usage(snap, now_s)
-        self.latest = replace(self._static, usage_gpu_s=MappingProxyType(dict(self._usage)))
+        self.latest = self._static
         return self.latest
 
     def _fold_usage(self, snap: ClusterSnapshot, now_s: float) -> None:

@@ -23,7 +23,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -50,7 +50,16 @@ from gpupool.domain.sharing import PoolDemand
 from gpupool.domain.states import NodeState
 from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.model import Domain, Tier
-from gpupool.scheduler import SchedulerConfig, ScheduleRequest, SharingPolicy, SignalKind, schedule
+from gpupool.scheduler import (
+    NO_SHARING,
+    CycleInputs,
+    SchedulerConfig,
+    ScheduleRequest,
+    SharingPolicy,
+    SignalKind,
+    get_policy,
+    schedule,
+)
 from gpupool.scheduler.gittins import HistoryBuilder
 from gpupool.sim.failures import FailureEvent, FailureKind
 from gpupool.sim.runtime import TierBandwidth
@@ -110,8 +119,8 @@ class Engine:
         self.demand_headroom = demand_headroom_gpus if sharing is not None else None
         self.service_gpus: dict[str, tuple[int, float]] = {}  # pool -> (GPUs, since when the target is that high)
         self.world = world or WorldConfig()
-        # ``gittins`` learns the distribution of service from completions (``SharingPolicy.service_history``).
-        self.history = HistoryBuilder(config.gittins) if config.policy == "gittins" else None
+        # A policy that ranks by service (``gittins``) learns its distribution from completions.
+        self.history = HistoryBuilder(config.gittins) if get_policy(config.policy).uses_service_history else None
         self.by_service = sharing is not None and sharing.preemption.enabled and sharing.preemption.by_service
         ckpt = self.world.checkpoint_interval_s
         self.checkpoint_every = ckpt if sharing is not None and sharing.preemption.enabled and ckpt > 0 else 0.0
@@ -282,16 +291,17 @@ class Engine:
         """One scheduling cycle at ``t``; whether it preempted anything."""
         self.cycles += 1
         pending = tuple(self.track[j].job.spec for j in self.pending)
-        sharing = self.sharing
-        if sharing is not None and self.demand_headroom is not None:
+        demand: tuple[PoolDemand, ...] = ()
+        if self.demand_headroom is not None:
             demand = tuple(
                 PoolDemand(pool, gpus, 1, since, self.demand_headroom)
                 for pool, (gpus, since) in self.service_gpus.items()
             )
-            sharing = replace(sharing, pool_demand=demand)
-        if sharing is not None and self.history is not None:
-            sharing = replace(sharing, service_history=self.history.history())
-        result = schedule(ScheduleRequest(self.state.snapshot(), pending, t, self.config, sharing))
+        inputs = CycleInputs(
+            pool_demand=demand, service_history=self.history.history() if self.history is not None else None
+        )
+        sharing = self.sharing if self.sharing is not None else NO_SHARING
+        result = schedule(ScheduleRequest(self.state.snapshot(), pending, t, self.config, sharing, inputs))
         for s in result.signals:
             if s.kind is SignalKind.CHECKPOINT and self.state.job_state(s.job_id) is not None:
                 self._signalled(s.job_id, t, s.preempt_at_s)

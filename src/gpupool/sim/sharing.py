@@ -1,6 +1,6 @@
 """The simulator's sharing options mapped onto the scheduler's ``SharingPolicy``.
 
-A run without any of them sends ``sharing=None`` (the plain cycle). ``--preemption`` turns on the
+A run without any of them sends ``NO_SHARING`` (the cycle only orders, places and diagnoses). ``--preemption`` turns on the
 scheduler's preemption: a job may preempt ``preemptible`` jobs of a lower priority class, and reclaims
 (pools, quotas) signal a checkpoint first. A victim must have run at least ``min_runtime_s``: never less
 than the world's restart overhead, else a preemption could cost more than the run it interrupts. The world
@@ -45,7 +45,7 @@ class SharingOptions:
 
 
 def sharing_policy(options: SharingOptions, world: WorldConfig) -> SharingPolicy | None:
-    """The request's sharing policy for a run with ``options`` in ``world``, or None for the plain cycle."""
+    """The request's sharing policy for a run with ``options`` in ``world``, or None (``NO_SHARING``)."""
     if not options.any:
         return None
     base = PreemptionConfig()
@@ -62,5 +62,5 @@ def sharing_policy(options: SharingOptions, world: WorldConfig) -> SharingPolicy
         preemption=pre,
         backfill=options.backfill,
         default_runtime_s=options.default_runtime_s,
-        refuse_infeasible_deadlines=options.deadline_admission,
+        deadline_admission=options.deadline_admission,
     )

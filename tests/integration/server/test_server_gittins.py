@@ -1,4 +1,4 @@
-"""The server's loop feeds ``gittins`` the service of finished jobs (``SharingPolicy.service_history``), from
+"""The server's loop feeds ``gittins`` the service of finished jobs (``CycleInputs.service_history``), from
 the completions its sync sees, through the simulator's ``HistoryBuilder``."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def test_the_cycle_ranks_by_the_service_of_finished_jobs(gittins_api: Api) -> No
     node = api.register("gpu-01")
     job_id = api.client.post("/v1/jobs", json=JOB, headers=alice).json()["job"]["id"]
     assert api.srv.loop.run_cycle().placed == 1
-    first = api.srv.loop.sharing
+    first = api.srv.loop.inputs
     assert first is not None and first.service_history is not None
     assert first.service_history.counts[ALL] == 0  # nothing finished yet: the prior alone
     (launch,) = api.beat("gpu-01", node)
@@ -61,8 +61,8 @@ def test_the_cycle_ranks_by_the_service_of_finished_jobs(gittins_api: Api) -> No
     api.beat("gpu-01", node, [status(launch2, "running", api.clock.t)])
     assert api.client.post(f"/v1/jobs/{other}/cancel", headers=alice).json()["state"] == "cancelled"
     api.srv.loop.run_cycle()
-    sharing = api.srv.loop.sharing
-    hist = sharing.service_history if sharing is not None else None
+    inputs = api.srv.loop.inputs
+    hist = inputs.service_history if inputs is not None else None
     assert hist is not None
     assert hist.counts[ALL] == 1 and hist.counts[2] == 1
     # 600 s on 2 GPUs: the same history the simulator's engine builds from that completion

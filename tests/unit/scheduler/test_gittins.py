@@ -11,10 +11,18 @@ from sched_builders import make_fabric, make_job
 from gpupool.cluster import ClusterState
 from gpupool.domain.events import JobPlaced, JobStarted, JobSubmitted
 from gpupool.domain.jobs import JobSpec
-from gpupool.scheduler import PreemptionConfig, ReasonCode, SchedulerConfig, ScheduleRequest, SharingPolicy, schedule
+from gpupool.scheduler import (
+    POLICIES,
+    CycleInputs,
+    PreemptionConfig,
+    ReasonCode,
+    SchedulerConfig,
+    ScheduleRequest,
+    SharingPolicy,
+    schedule,
+)
 from gpupool.scheduler.gittins import ALL, GittinsConfig, HistoryBuilder, ServiceHistory
-from gpupool.scheduler.policies import get_policy, order, service_rank
-from gpupool.scheduler.shared import schedule_shared
+from gpupool.scheduler.policies import get_policy, order
 
 NO_PRIOR = GittinsConfig(prior_weight=0.0, by_gpu_count=True, min_group_samples=2, min_quantum_gpu_s=0.0)
 
@@ -89,15 +97,25 @@ def test_the_policy_orders_by_index_then_submission() -> None:
     hist = ServiceHistory({1: [100.0, 100.0, 5000.0, 5000.0], 4: [40000.0, 40000.0]}, NO_PRIOR)
     jobs = [make_job("big", gpus=4, t=0.0), make_job("b", gpus=1, t=2.0), make_job("a", gpus=1, t=1.0)]
     cfg = SchedulerConfig(policy="gittins")
-    got = order(get_policy("gittins"), jobs, 10.0, state.snapshot(), cfg, SharingPolicy(service_history=hist))
+    req = ScheduleRequest(state.snapshot(), tuple(jobs), 10.0, cfg, inputs=CycleInputs(service_history=hist))
+    got = order(get_policy("gittins"), req)
     assert [j.job_id for j in got] == ["a", "b", "big"]
-    assert service_rank(jobs[1], 0.0, cfg, SharingPolicy(service_history=hist)) == -hist.index(1, 0.0)
+    assert get_policy("gittins").service_ranker(req)(jobs[1], 0.0, False) == -hist.index(1, 0.0)
     las = SchedulerConfig(policy="las", las_thresholds_gpu_s=(100.0,))
-    assert service_rank(jobs[1], 150.0, las, None) == 1.0
+    las_req = ScheduleRequest(state.snapshot(), tuple(jobs), 10.0, las)
+    assert get_policy("las").service_ranker(las_req)(jobs[1], 150.0, True) == 1.0
 
 
-def _start(state: ClusterState, job: JobSpec, at: float, sh: SharingPolicy, cfg: SchedulerConfig) -> None:
-    r = schedule(ScheduleRequest(state.snapshot(), (job,), at, cfg, sh))
+def test_only_gittins_declares_it_learns_from_completions_and_preempts_by_service() -> None:
+    # Callers (the loop driver, the settings) read these declarations instead of testing a policy's name.
+    assert {n for n, p in POLICIES.items() if p.uses_service_history} == {"gittins"}
+    assert {n for n, p in POLICIES.items() if p.preempts_by_service} == {"gittins"}
+
+
+def _start(
+    state: ClusterState, job: JobSpec, at: float, sh: SharingPolicy, cfg: SchedulerConfig, inputs: CycleInputs
+) -> None:
+    r = schedule(ScheduleRequest(state.snapshot(), (job,), at, cfg, sh, inputs))
     (a,) = r.placements
     state.apply(JobSubmitted(job, at))
     state.apply(JobPlaced(a, at))
@@ -110,18 +128,19 @@ def test_a_job_with_a_higher_index_preempts_one_past_the_common_size() -> None:
     hist = ServiceHistory({8: [800.0] * 9 + [80000.0]}, NO_PRIOR)
     cfg = SchedulerConfig(policy="gittins")
     pre = PreemptionConfig(by_priority=False, by_service=True, min_runtime_s=0.0)
-    sh = SharingPolicy(preemption=pre, service_history=hist)
+    sh = SharingPolicy(preemption=pre)
+    inputs = CycleInputs(service_history=hist)
     state = ClusterState(make_fabric(1, 1))  # 8 GPUs
-    _start(state, make_job("old", gpus=8, preemptible=True), 0.0, sh, cfg)
+    _start(state, make_job("old", gpus=8, preemptible=True), 0.0, sh, cfg, inputs)
     new = make_job("new", gpus=8, t=40.0)
-    early = ScheduleRequest(state.snapshot(), (new,), 50.0, cfg, sh)
+    early = ScheduleRequest(state.snapshot(), (new,), 50.0, cfg, sh, inputs)
     assert not schedule(early).preemptions
-    late = ScheduleRequest(state.snapshot(), (new,), 200.0, cfg, sh)
+    late = ScheduleRequest(state.snapshot(), (new,), 200.0, cfg, sh, inputs)
     r = schedule(late)
     assert [(p.job_id, p.reason) for p in r.preemptions] == [("old", ReasonCode.ATTAINED_SERVICE)]
-    assert r == schedule_shared(late, remember_refusals=False)
+    assert r == schedule(late, remember_refusals=False)
     bonus = SchedulerConfig(policy="gittins", gittins=GittinsConfig(running_bonus=100.0))
-    assert not schedule(ScheduleRequest(state.snapshot(), (new,), 200.0, bonus, sh)).preemptions
+    assert not schedule(ScheduleRequest(state.snapshot(), (new,), 200.0, bonus, sh, inputs)).preemptions
 
 
 def test_a_cohort_counts_its_running_jobs_as_censored_samples() -> None:

@@ -23,6 +23,7 @@ from gpupool.fabric.generators import leaf_spine
 from gpupool.scheduler import (
     PLACERS,
     BackfillMode,
+    CycleInputs,
     PreemptionConfig,
     ReasonCode,
     SchedulerConfig,
@@ -30,12 +31,11 @@ from gpupool.scheduler import (
     SharingPolicy,
     schedule,
 )
-from gpupool.scheduler import shared as shared_mod
+from gpupool.scheduler import stages as stages_mod
 from gpupool.scheduler.capacity import Capacity
 from gpupool.scheduler.diagnose import diagnose
 from gpupool.scheduler.placement import make_need
-from gpupool.scheduler.refusals import Refusals
-from gpupool.scheduler.shared import schedule_shared
+from gpupool.scheduler.refusals import PlaceKey, Refusals
 from gpupool.scheduler.telemetry import penalties
 
 IX = FabricIndex(leaf_spine(2, 2, 4, gpus_per_host=8))  # 8 hosts, 64 GPUs
@@ -97,7 +97,7 @@ def queue(draw: st.DrawFn, prefix: str, t0: float) -> list[JobSpec]:
 
 
 @st.composite
-def sharing(draw: st.DrawFn) -> SharingPolicy:
+def sharing(draw: st.DrawFn) -> tuple[SharingPolicy, CycleInputs]:
     quotas: tuple[Quota, ...] = ()
     if draw(st.booleans()):
         quotas = tuple(
@@ -111,15 +111,13 @@ def sharing(draw: st.DrawFn) -> SharingPolicy:
             for t in TENANTS
             for p in POOLS
         )
-    return SharingPolicy(
+    demand = draw(
+        st.sampled_from([(), (PoolDemand("inference", 3, 8, DAY0 + 9 * 3600),), (PoolDemand("inference", 1, 4, 0.0),)])
+    )
+    policy = SharingPolicy(
         quotas=quotas,
         require_quota=draw(st.booleans()),
         calendar=CAL if draw(st.booleans()) else None,
-        pool_demand=draw(
-            st.sampled_from(
-                [(), (PoolDemand("inference", 3, 8, DAY0 + 9 * 3600),), (PoolDemand("inference", 1, 4, 0.0),)]
-            )
-        ),
         lend_pools=draw(st.booleans()),
         preemption=PreemptionConfig(
             enabled=draw(st.booleans()),
@@ -132,13 +130,17 @@ def sharing(draw: st.DrawFn) -> SharingPolicy:
         backfill=draw(st.sampled_from(list(BackfillMode))),
         max_reservations=draw(st.sampled_from([1, 4])),
         default_runtime_s=draw(st.sampled_from([600.0, 3600.0])),
+        deadline_admission=draw(st.booleans()),
     )
+    return policy, CycleInputs(pool_demand=demand)
 
 
-def _run_state(first: list[JobSpec], sh: SharingPolicy, cfg: SchedulerConfig, t0: float) -> ClusterState:
+def _run_state(
+    first: list[JobSpec], sh: SharingPolicy, inputs: CycleInputs, cfg: SchedulerConfig, t0: float
+) -> ClusterState:
     """A cluster partly used by an earlier cycle of the same rules."""
     state = ClusterState(IX)
-    r = schedule(ScheduleRequest(state.snapshot(), tuple(first), t0, cfg, sh))
+    r = schedule(ScheduleRequest(state.snapshot(), tuple(first), t0, cfg, sh, inputs))
     by_id = {j.job_id: j for j in first}
     for a in r.placements:
         state.apply(JobSubmitted(by_id[a.job_id], t0))
@@ -164,19 +166,20 @@ SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[Heal
 def test_remembered_refusals_decide_exactly_as_deciding_every_job_afresh(
     first: list[JobSpec],
     second: list[JobSpec],
-    sh: SharingPolicy,
+    sh: tuple[SharingPolicy, CycleInputs],
     placer: str,
     policy: str,
     limit: int,
     strict: bool,
     later: float,
 ) -> None:
+    rules, inputs = sh
     cfg = SchedulerConfig(policy=policy, placer=placer, max_placements_per_cycle=limit, strict=strict)
-    state = _run_state(first, sh, replace(cfg, max_placements_per_cycle=1000, strict=False), DAY0 + 3 * 3600)
+    state = _run_state(first, rules, inputs, replace(cfg, max_placements_per_cycle=1000, strict=False), DAY0 + 3 * 3600)
     snap = state.snapshot()
     # The first cycle's leftovers wait with the new jobs, after the window opened (and perhaps its grace).
-    req = ScheduleRequest(snap, (*snap.pending, *second), DAY0 + 9 * 3600 + later, cfg, sh)
-    fresh = schedule_shared(req, remember_refusals=False)
+    req = ScheduleRequest(snap, (*snap.pending, *second), DAY0 + 9 * 3600 + later, cfg, rules, inputs)
+    fresh = schedule(req, remember_refusals=False)
     remembered = schedule(req)
     assert remembered == fresh
     assert len(remembered.waiting) + len(remembered.placements) == len(req.pending)
@@ -201,13 +204,13 @@ def test_a_queue_of_one_blocked_shape_is_diagnosed_once(monkeypatch: pytest.Monk
         calls["diagnose"] += 1
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(shared_mod, "diagnose", counting)
+    monkeypatch.setattr(stages_mod, "diagnose", counting)
     req = ScheduleRequest(state.snapshot(), tuple(_blocked_queue(50)), 1.0, SchedulerConfig(), SharingPolicy())
     result = schedule(req)
     assert not result.placements
     assert {w.reason for w in result.waiting} == {ReasonCode.NO_CAPACITY}
     assert calls["diagnose"] == 1
-    assert schedule_shared(req, remember_refusals=False) == result
+    assert schedule(req, remember_refusals=False) == result
     assert calls["diagnose"] == 51
 
 
@@ -217,16 +220,17 @@ def test_refusals_of_bounded_searches_last_only_until_the_state_changes() -> Non
     plain = make_need(make_job("x", tasks=2, gpus=8), cap, None)
     railed = make_need(make_job("y", tasks=2, gpus=8, rail_aligned=True), cap, None)
     seen = Refusals(cap)
-    seen.refuse("plain", plain)
-    seen.refuse("railed", railed)
-    assert seen.refused("plain") and seen.refused("railed")
+    seen.refuse(seen.fits_not, 0, plain)
+    seen.refuse(seen.fits_not, 1, railed)
+    assert seen.refused(seen.fits_not, 0) and seen.refused(seen.fits_not, 1)
+    assert not seen.refused(seen.place, PlaceKey(0, 1, None, None, None))  # each question has its own memo
     seen.bump()  # a placement: capacity shrank
-    assert seen.refused("plain") and not seen.refused("railed")
+    assert seen.refused(seen.fits_not, 0) and not seen.refused(seen.fits_not, 1)
     cap.releases += 1  # capacity grew: nothing refused still holds
-    assert not seen.refused("plain")
+    assert not seen.refused(seen.fits_not, 0)
     off = Refusals(cap, enabled=False)
-    off.refuse("plain", plain)
-    assert not off.refused("plain")
+    off.refuse(off.fits_not, 0, plain)
+    assert not off.refused(off.fits_not, 0)
 
 
 def _started(jobs: list[JobSpec], at: float, **cfg: object) -> ClusterState:
@@ -249,7 +253,7 @@ def test_a_refusal_is_not_reused_for_a_job_of_the_same_shape_that_may_preempt() 
     sh = SharingPolicy(preemption=PreemptionConfig(min_runtime_s=10.0))
     req = ScheduleRequest(state.snapshot(), (low, high), 100.0, SchedulerConfig(policy="fifo"), sh)
     result = schedule(req)
-    assert result == schedule_shared(req, remember_refusals=False)
+    assert result == schedule(req, remember_refusals=False)
     why = {w.job_id: w.reason for w in result.waiting}
     assert why == {"low": ReasonCode.NO_CAPACITY, "high": ReasonCode.PREEMPTING}
 
@@ -265,7 +269,7 @@ def test_a_reserved_refusal_is_not_reused_for_a_shorter_job_of_the_same_shape() 
     sh = SharingPolicy(backfill=BackfillMode.EASY)
     req = ScheduleRequest(state.snapshot(), (head, long, short), 100.0, SchedulerConfig(policy="fifo"), sh)
     result = schedule(req)
-    assert result == schedule_shared(req, remember_refusals=False)
+    assert result == schedule(req, remember_refusals=False)
     why = {w.job_id: w.reason for w in result.waiting}
     assert why == {"head": ReasonCode.WAITING_FOR_RESERVATION, "long": ReasonCode.RESERVED}
     assert [a.job_id for a in result.placements] == ["short"]

@@ -22,7 +22,7 @@ from gpupool.domain.events import (
 from gpupool.domain.jobs import PriorityClass, Scope
 from gpupool.fabric.generators import ServerSpec, superpod
 from gpupool.fabric.model import Domain
-from gpupool.scheduler import PLACERS, POLICIES, ReasonCode, SchedulerConfig, get_placer, get_policy
+from gpupool.scheduler import PLACERS, POLICIES, ReasonCode, SchedulerConfig, ScheduleRequest, get_placer, get_policy
 from gpupool.scheduler.policies import order
 
 
@@ -171,9 +171,8 @@ def test_hrrn_ranks_by_wait_plus_estimate_over_estimate() -> None:
     # The full order: ratios, then jobs without an estimate last, FIFO among themselves (not by priority).
     none_old = make_job("none-old", gpus=8, t=0)
     none_vip = make_job("none-vip", gpus=8, t=10, priority=PriorityClass.HIGH)
-    ranked = order(
-        get_policy("hrrn"), [none_vip, none_old, fresh, long_, short], 5000, state.snapshot(), SchedulerConfig()
-    )
+    pending = (none_vip, none_old, fresh, long_, short)
+    ranked = order(get_policy("hrrn"), ScheduleRequest(state.snapshot(), pending, 5000, SchedulerConfig()))
     assert [j.job_id for j in ranked] == ["short", "long", "fresh", "none-old", "none-vip"]  # 491.5, 6, 1
     # Equal ratios fall back to (-priority, submit, id).
     twin = make_job("twin", gpus=8, t=0, estimated_runtime_s=1000, priority=PriorityClass.HIGH)

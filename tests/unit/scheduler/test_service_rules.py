@@ -11,6 +11,7 @@ from gpupool.domain.events import JobCheckpointed, JobFinished, JobPlaced, JobSt
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.sharing import PoolDemand
 from gpupool.scheduler import (
+    CycleInputs,
     PreemptionConfig,
     ReasonCode,
     SchedulerConfig,
@@ -20,16 +21,22 @@ from gpupool.scheduler import (
     schedule,
 )
 from gpupool.scheduler.pools import pool_busy, pool_map
-from gpupool.scheduler.shared import schedule_shared
 
 THRESHOLDS = (1000.0, 100000.0)  # GPU-seconds: 8 GPUs for 125 s reach queue 1
 
 
-def go(state: ClusterState, jobs: list[JobSpec], now: float, sh: SharingPolicy, **cfg: object) -> ScheduleResult:
+def go(
+    state: ClusterState,
+    jobs: list[JobSpec],
+    now: float,
+    sh: SharingPolicy,
+    inputs: CycleInputs | None = None,
+    **cfg: object,
+) -> ScheduleResult:
     config = SchedulerConfig(policy="las", las_thresholds_gpu_s=THRESHOLDS, **cfg)  # type: ignore[arg-type]
-    req = ScheduleRequest(state.snapshot(), tuple(jobs), now, config, sh)
+    req = ScheduleRequest(state.snapshot(), tuple(jobs), now, config, sh, inputs or CycleInputs())
     result = schedule(req)
-    assert result == schedule_shared(req, remember_refusals=False)  # the refusal cache changes nothing
+    assert result == schedule(req, remember_refusals=False)  # the refusal cache changes nothing
     return result
 
 
@@ -179,8 +186,8 @@ def test_hosts_kept_for_a_pools_demand_are_not_lent() -> None:
     extra = make_job("extra", gpus=8, pool="training", preemptible=True, t=5.0)
     r = go(state, [extra], night + 1, lend)
     assert [t.host for a in r.placements for t in a.tasks] == ["node001"]  # idle, so lent
-    demand = SharingPolicy(calendar=cal, lend_pools=True, pool_demand=(PoolDemand("inference", 0, 1, 0.0, 4),))
-    r2 = go(state, [extra], night + 1, demand)
+    demand = CycleInputs(pool_demand=(PoolDemand("inference", 0, 1, 0.0, 4),))
+    r2 = go(state, [extra], night + 1, lend, demand)
     assert not r2.placements  # node001 is its headroom: kept, so a new service starts at once
-    inf = go(state, [make_job("svc", gpus=4, pool="inference", t=6.0)], night + 2, demand)
+    inf = go(state, [make_job("svc", gpus=4, pool="inference", t=6.0)], night + 2, lend, demand)
     assert [t.host for a in inf.placements for t in a.tasks] == ["node001"]

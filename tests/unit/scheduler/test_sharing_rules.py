@@ -13,6 +13,7 @@ from gpupool.domain.jobs import JobSpec, Scaling
 from gpupool.domain.sharing import Quota
 from gpupool.scheduler import (
     BackfillMode,
+    CycleInputs,
     PreemptionConfig,
     ReasonCode,
     SchedulerConfig,
@@ -24,8 +25,19 @@ from gpupool.scheduler import (
 from gpupool.scheduler.deadlines import Verdict, admit
 
 
-def go(state: ClusterState, jobs: list[JobSpec], now: float, sh: SharingPolicy, **cfg: object) -> ScheduleResult:
-    return schedule(ScheduleRequest(state.snapshot(), tuple(jobs), now, SchedulerConfig(**cfg), sh))  # type: ignore[arg-type]
+def go(
+    state: ClusterState,
+    jobs: list[JobSpec],
+    now: float,
+    sh: SharingPolicy,
+    inputs: CycleInputs | None = None,
+    **cfg: object,
+) -> ScheduleResult:
+    config = SchedulerConfig(**cfg)  # type: ignore[arg-type]
+    req = ScheduleRequest(state.snapshot(), tuple(jobs), now, config, sh, inputs or CycleInputs())
+    result = schedule(req)
+    assert result == schedule(req, remember_refusals=False)  # the refusal cache changes nothing
+    return result
 
 
 def start(state: ClusterState, result: ScheduleResult, jobs: list[JobSpec], now: float) -> None:
@@ -201,8 +213,8 @@ def test_fair_policy_interleaves_tenants_by_dominant_share_and_history() -> None
     jobs += [make_job(f"b{i}", gpus=2, t=10.0 + i, tenant="b") for i in range(4)]
     r = go(state, jobs, 0.0, SharingPolicy(), policy="fair")
     assert sorted(a.job_id for a in r.placements) == ["a0", "a1", "b0", "b1"]
-    heavy = SharingPolicy(usage_gpu_s={"a": 8 * 7 * 86400.0})
-    r2 = go(state, jobs, 0.0, heavy, policy="fair")
+    heavy = CycleInputs(usage_gpu_s={"a": 8 * 7 * 86400.0})
+    r2 = go(state, jobs, 0.0, SharingPolicy(), heavy, policy="fair")
     assert sorted(a.job_id for a in r2.placements) == ["b0", "b1", "b2", "b3"]
 
 

@@ -1,16 +1,13 @@
-"""``schedule(request) -> result``: the pure decision the server and the simulator both call.
+"""The plain cycle as it was before the one cycle (``scheduler/core.py`` up to issue 13), kept as a reference.
 
-One cycle: order the pending jobs by the policy, copy the snapshot's capacity, then place jobs in order
-until ``max_placements_per_cycle`` placements (or, with ``strict``, the first job that does not fit).
-Refusals are remembered per job shape for the rest of the cycle: capacity only shrinks inside a cycle,
-so a shape that did not fit still does not, and a queue of 20,000 blocked jobs costs a dict lookup each.
+The one cycle with ``NO_SHARING`` must place exactly what this placed (``test_one_cycle``). Only the
+ordering helper's signature changed (``order(policy, request)``); the loop is as it was.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from gpupool.domain.errors import JobSpecError
 from gpupool.domain.jobs import Allocation
 from gpupool.scheduler.capacity import BoolArray, Capacity
 from gpupool.scheduler.diagnose import diagnose
@@ -19,26 +16,16 @@ from gpupool.scheduler.placement import TaskPick, make_need
 from gpupool.scheduler.placers import CycleContext, get_placer
 from gpupool.scheduler.policies import get_policy, order
 from gpupool.scheduler.shapes import Shape, allocation, host_mask, shape
-from gpupool.scheduler.shared import schedule_shared
 from gpupool.scheduler.telemetry import penalties
 from gpupool.scheduler.types import ReasonCode, ScheduleRequest, ScheduleResult, Waiting
 
 
-def schedule(request: ScheduleRequest) -> ScheduleResult:
-    """One cycle. With ``request.sharing`` the sharing loop runs (quotas, pools, preemption, backfill,
-    deadlines); without it, this loop, unchanged from issue 3."""
-    if request.sharing is not None:
-        return schedule_shared(request)
+def schedule_plain(request: ScheduleRequest) -> ScheduleResult:
     cfg = request.config
     policy = get_policy(cfg.policy)
     placer = get_placer(cfg.placer)
     snap = request.snapshot
-    seen: set[str] = set()
-    for job in request.pending:
-        if job.job_id in seen:
-            raise JobSpecError(f"job {job.job_id} is pending twice in one request", source="schedule request")
-        seen.add(job.job_id)
-    queue = order(policy, request.pending, request.now_s, snap, cfg)
+    queue = order(policy, request)
     cap = Capacity(snap, penalties(snap, cfg.telemetry))
     ix = snap.index
     mix = cycle_mix(request.workload_mix, queue, ix) if placer.uses_mix else None
@@ -68,7 +55,7 @@ def schedule(request: ScheduleRequest) -> ScheduleResult:
                 mark = cap.mark()
                 picks = placer.place(cap, need, ctx)
                 if picks is None:
-                    cap.undo(mark)  # a placer must leave nothing behind; this makes sure
+                    cap.undo(mark)
             if picks is not None:
                 placements.append(allocation(cap, need, picks))
                 continue

@@ -1,0 +1,125 @@
+"""``schedule(request) -> result``: the one cycle the server's loop and the simulator's engine both run.
+
+1. **reclaim**: a pool calendar's borrowers of hosts whose owner changed are signalled, then preempted.
+2. The pending jobs in policy order; for each (``scheduler.stages``): **admit** -> **place** -> **preempt**
+   -> **backfill** -> **diagnose**, until ``max_placements_per_cycle`` placements (the rest wait with
+   CYCLE_LIMIT) or, with ``strict``, the first job that is not placed (the rest wait with BLOCKED).
+
+With ``request.sharing`` at ``NO_SHARING`` (no quotas, pools, preemption, backfill or deadline admission),
+every stage but place and diagnose returns at once: the cycle orders, places and says why the rest wait.
+
+Refusals are remembered (``refusals.Refusals``): a shape that did not fit on a mask is not searched again,
+and a job refused like an earlier one while nothing changed gets the same answer, so a queue of thousands
+of blocked jobs of a few shapes costs lookups. ``schedule(..., remember_refusals=False)`` decides every job
+afresh; the tests hold the two to identical results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpupool.domain.errors import JobSpecError
+from gpupool.domain.jobs import JobSpec
+from gpupool.scheduler.cyclestate import UNDIAGNOSED, Ask, Cycle, Wide
+from gpupool.scheduler.fragmentation import cycle_mix
+from gpupool.scheduler.policies import order
+from gpupool.scheduler.refusals import LATER, Outcome
+from gpupool.scheduler.shapes import shape
+from gpupool.scheduler.stages import (
+    admit,
+    backfill,
+    diagnose_waiting,
+    outcome_key,
+    place,
+    preempt,
+    reclaim,
+    reservation_key,
+    reserved,
+)
+from gpupool.scheduler.types import ReasonCode, ScheduleRequest, ScheduleResult, Waiting
+
+
+def schedule(request: ScheduleRequest, *, remember_refusals: bool = True) -> ScheduleResult:
+    """One cycle. ``remember_refusals=False`` decides every job afresh: slower, the same result (tests
+    compare the two)."""
+    seen: set[str] = set()
+    for job in request.pending:
+        if job.job_id in seen:
+            raise JobSpecError(f"job {job.job_id} is pending twice in one request", source="schedule request")
+        seen.add(job.job_id)
+    cy = Cycle(request, remember=remember_refusals)
+    reclaim(cy)
+    queue = order(cy.policy, request)
+    if cy.placer.uses_mix:
+        cy.ctx = dataclasses.replace(cy.ctx, mix=cycle_mix(request.workload_mix, queue, request.snapshot.index))
+    _run(cy, queue)
+    diagnose_waiting(cy)
+    return ScheduleResult(
+        tuple(cy.allocs),
+        tuple(cy.preemptions),
+        tuple(cy.waiting),
+        request.snapshot.version,
+        tuple(cy.signals),
+        tuple(cy.reservations),
+    )
+
+
+def _run(cy: Cycle, queue: list[JobSpec]) -> None:
+    cfg, seen, default_runtime, by_shape = cy.request.config, cy.seen, cy.sh.default_runtime_s, cy.by_shape
+    waiting, undiagnosed, ids = cy.waiting, cy.undiagnosed, cy.shape_ids
+    for pos, job in enumerate(queue):
+        if len(cy.allocs) >= cfg.max_placements_per_cycle:
+            msg = f"not considered: this cycle placed its limit of {cfg.max_placements_per_cycle} jobs first"
+            waiting.extend(Waiting(j.job_id, ReasonCode.CYCLE_LIMIT, msg) for j in queue[pos:])
+            return
+        sh = shape(job)
+        sk = ids.get(sh)
+        if sk is None:
+            sk = ids[sh] = len(ids)
+        before = len(cy.allocs)
+        if by_shape and seen.blocked_shape(sk):
+            # This cycle's rules make a job's fate its shape's: one like it waits for capacity, so this one
+            # does (the hot path of a long blocked queue: ``Cycle.wait_for_capacity`` inlined).
+            undiagnosed.append((len(waiting), job, sk))
+            waiting.append(UNDIAGNOSED)
+        else:
+            mkey, mask = cy.mask(job)
+            decide(cy, Ask(job, sk, mask, mkey, job.runtime_with(job.tasks, default_runtime)))
+        if cfg.strict and len(cy.allocs) == before:
+            msg = f"waits behind {job.job_id}, which does not fit (strict ordering)"
+            waiting.extend(Waiting(j.job_id, ReasonCode.BLOCKED, msg) for j in queue[pos + 1 :])
+            return
+
+
+def decide(cy: Cycle, ask: Ask) -> None:
+    """One job through the stages: placed (``cy.allocs``), or waiting with its reason (``cy.waiting``)."""
+    if cy.admits:
+        refused = admit(cy, ask)
+        if refused is not None:
+            cy.waiting.append(refused)
+            return
+    seen = cy.seen
+    sizes, resv = cy.sizes(ask), reservation_key(cy, ask) if cy.reservations else None
+    okey = outcome_key(cy, ask, sizes, resv)
+    known = seen.answer(seen.outcome, okey)
+    if known is None:
+        if place(cy, ask, sizes, resv):
+            return
+        wide = Wide(ask.job, cy.cap, ask.base)  # the job on its host mask alone, made only if a stage needs it
+        waits = reserved(cy, ask, wide)
+        if waits is not None:
+            seen.answered(seen.outcome, okey, Outcome(waits.reason, waits.message))
+        else:
+            waits = preempt(cy, ask, okey.who) or backfill(cy, ask, wide)
+            if waits is None:
+                seen.answered(seen.outcome, okey, LATER)
+                if cy.by_shape:
+                    seen.refuse(seen.blocked, ask.shape, wide.need)
+        if waits is not None:
+            cy.waiting.append(waits)
+            return
+        known = LATER
+    if known.reason is None:
+        cy.wait_for_capacity(ask.job, ask.shape)
+    else:
+        cy.waiting.append(Waiting(ask.job.job_id, known.reason, known.message))

@@ -1,0 +1,331 @@
+"""The stages of one cycle, each a small function over the cycle's state (``Cycle``) and one job's ``Ask``.
+
+For each job in policy order (``scheduler.cycle``): **admit** (deadline admission, quota) -> **place** (its
+pool's hosts, then lent hosts; each size an elastic deadline job may take) -> **preempt** (victims whose
+removal lets it fit) -> **backfill** (a reservation from the earliest time it fits) -> **diagnose** (why it
+waits: a reason code and a sentence). Before the queue, **reclaim** takes back hosts a pool calendar gave to
+another pool. A stage whose feature is off (no quotas, no calendar, preemption or backfill off) returns at
+once, so a cycle without sharing rules only orders, places and diagnoses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from gpupool.domain.jobs import MILLI_PER_GPU
+from gpupool.scheduler.backfill import reserve
+from gpupool.scheduler.cyclestate import Ask, Cycle, Wide
+from gpupool.scheduler.diagnose import diagnose, never_fits
+from gpupool.scheduler.placement import make_need
+from gpupool.scheduler.preemption import Candidate, candidate, find_victims
+from gpupool.scheduler.quotas import job_keys
+from gpupool.scheduler.refusals import Diagnosis, OutcomeKey, PlaceKey, ReservationKey, VictimKey, Who
+from gpupool.scheduler.shapes import allocation
+from gpupool.scheduler.types import (
+    BackfillMode,
+    Preemption,
+    ReasonCode,
+    Reservation,
+    Signal,
+    SignalKind,
+    Waiting,
+)
+
+RECLAIMS = frozenset({ReasonCode.POOL_RECLAIM, ReasonCode.QUOTA_RECLAIM, ReasonCode.POOL_WINDOW_CLOSED})
+
+
+# ---------------------------------------------------------------------------------------------- reclaim
+
+
+def reclaim(cy: Cycle) -> None:
+    """Jobs placed on hosts whose owner pool changed since (a window opened or closed, or a demand target
+    grew) are borrowers now: a CHECKPOINT signal, and preemption ``grace_s`` after the change. A job that is
+    not ``preemptible`` (a service) is never reclaimed."""
+    pools = cy.pools
+    if pools is None:
+        return
+    now, grace, cap = cy.now, cy.sh.preemption.grace_s, cy.cap
+    demand_since = {d.pool: d.since_s for d in cy.request.inputs.pool_demand}
+    # Only jobs placed before some host changed owner can be on a changed host: most skip on one compare.
+    latest = float(pools.since.max()) if pools.since.size else -np.inf
+    changed_hosts = {cap.index.host_name(int(h)) for h in np.flatnonzero(np.isfinite(pools.since))}
+    running = cy.request.snapshot.running
+    for job_id in sorted(running):
+        r = running[job_id]
+        if (
+            not r.spec.preemptible
+            or r.placed_at_s >= latest
+            or not any(t.host in changed_hosts for t in r.allocation.tasks)
+        ):
+            continue
+        code = pools.code(r.spec.pool)
+        changed = [h for h in cy.running_hosts(r) if pools.owner[h] != code and pools.since[h] > r.placed_at_s]
+        if not changed:
+            continue
+        h = max(changed, key=lambda x: (float(pools.since[x]), x))
+        since, owner = float(pools.since[h]), pools.names[int(pools.owner[h])]
+        reason = ReasonCode.POOL_RECLAIM if demand_since.get(owner) == since else ReasonCode.POOL_WINDOW_CLOSED
+        due, host = since + grace, cap.index.host_name(h)
+        if now >= due:
+            cy.preemptions.append(
+                Preemption(job_id, reason, f"pool {owner} holds {host} since t={since:.0f}; grace ended")
+            )
+            cy.victims.add(job_id)
+        else:
+            msg = f"pool {owner} holds {host} since t={since:.0f}; checkpoint: preempted at t={due:.0f}"
+            cy.signals.append(Signal(job_id, SignalKind.CHECKPOINT, reason, msg, due))
+            cy.signalled.add(job_id)
+
+
+# ------------------------------------------------------------------------------------------------ admit
+
+
+def admit(cy: Cycle, ask: Ask) -> Waiting | None:
+    """Deadline admission (a job that cannot finish in time even if started now waits), then its quota."""
+    job, now = ask.job, cy.now
+    if job.deadline_s is not None and cy.sh.deadline_admission and now + ask.runtime_s > job.deadline_s:
+        msg = (
+            f"needs {ask.runtime_s:.0f} s; started now it ends at t={now + ask.runtime_s:.0f}, "
+            f"after its deadline t={job.deadline_s:.0f}"
+        )
+        return Waiting(job.job_id, ReasonCode.DEADLINE_INFEASIBLE, msg)
+    if cy.book is not None:
+        verdict = cy.book.check(job, job.gpu_milli)
+        if not verdict.ok:
+            return Waiting(job.job_id, ReasonCode.QUOTA_EXCEEDED, verdict.message)
+    return None
+
+
+def who(cy: Cycle, ask: Ask) -> Who | None:
+    """What preempting for this job would depend on; None when it may not preempt in this cycle."""
+    pre = cy.sh.preemption
+    if not cy.may_preempt or cy.preemptors >= pre.max_preemptors_per_cycle:
+        return None
+    job = ask.job
+    return Who(job.tenant, int(job.priority), cy.pending_rank(job) if pre.by_service else 0.0)
+
+
+def reservation_key(cy: Cycle, ask: Ask) -> ReservationKey | None:
+    """The reservation mask changes only when a reservation is added; its key says which one it is."""
+    return ReservationKey(len(cy.reservations), cy.now + ask.runtime_s) if cy.reservations else None
+
+
+def outcome_key(cy: Cycle, ask: Ask, sizes: tuple[int, ...], resv: ReservationKey | None) -> OutcomeKey:
+    job = ask.job
+    return OutcomeKey(ask.shape, job.pool, job.preemptible, resv, sizes, who(cy, ask))
+
+
+# ------------------------------------------------------------------------------------------------ place
+
+
+def place(cy: Cycle, ask: Ask, sizes: tuple[int, ...], resv: ReservationKey | None) -> bool:
+    """Each size, on the job's own pool's hosts and then (``lend_pools``) on other pools' idle hosts, kept
+    off reserved hosts unless it ends before their reservation. True when it was placed."""
+    job, cap, seen = ask.job, cy.cap, cy.seen
+    free_of_resv = cy.reserved_from >= cy.now + ask.runtime_s if resv is not None else None
+    own = cy.owned(job.pool)
+    pools: list[str | None] = [job.pool] if own is not None else []  # None: any host it may use
+    # Lent hosts are only for preemptible work: a service placed there would be a borrower the owner
+    # reclaims, which its SLO forbids.
+    if own is None or (cy.sh.lend_pools and job.preemptible):
+        pools.append(None)
+    # Lent hosts depend on the job's pool when some pool keeps hosts for its demand.
+    lent_for = job.pool if cy.pools is not None and cy.pools.kept is not None else None
+    for k in sizes:
+        for pool in pools:
+            key = PlaceKey(ask.shape, k, pool, None if pool is not None else lent_for, resv)
+            if seen.refused(seen.place, key):
+                continue
+            mask = cy.narrowed(ask, pool) if pool is not None else cy.lent(ask)
+            if free_of_resv is not None:
+                mask = free_of_resv if mask is None else mask & free_of_resv
+            need = make_need(job, cap, mask)
+            if k != job.tasks:
+                need = dataclasses.replace(need, tasks=k)
+            picks = cy.try_place(need)
+            if picks is not None:
+                cy.allocs.append(allocation(cap, need, picks))
+                if cy.book is not None:
+                    cy.book.add(job, job.gpu_milli * k // job.tasks)
+                seen.bump()
+                return True
+            seen.refuse(seen.place, key, need)
+    return False
+
+
+def reserved(cy: Cycle, ask: Ask, wide: Wide) -> Waiting | None:
+    """A job kept off reserved hosts that would fit without them waits for the reservation (RESERVED)."""
+    if not cy.reservations or not _fits_wide(cy, ask, wide):
+        return None
+    first = min(cy.reservations, key=lambda r: r.start_s)
+    return Waiting(
+        ask.job.job_id,
+        ReasonCode.RESERVED,
+        f"fits now, but expected to run until t={cy.now + ask.runtime_s:.0f}, past the reservation of "
+        f"{first.job_id} from t={first.start_s:.0f}",
+    )
+
+
+def _fits_wide(cy: Cycle, ask: Ask, wide: Wide) -> bool:
+    """Whether the job would fit if it ignored reservations (remembered both ways until a change)."""
+    seen = cy.seen
+    if seen.holds(seen.fits, ask.shape):
+        return True
+    if seen.refused(seen.fits_not, ask.shape):
+        return False
+    if cy.fits(wide.need):
+        seen.note(seen.fits, ask.shape)
+        return True
+    seen.refuse(seen.fits_not, ask.shape, wide.need)
+    return False
+
+
+# ---------------------------------------------------------------------------------------------- preempt
+
+
+def candidates(cy: Cycle, ask: Ask) -> list[Candidate]:
+    """Running jobs this job may preempt, each with its reason: borrowers of its pool's hosts (POOL_RECLAIM),
+    borrowers of its cohort when it is within its nominal quota (QUOTA_RECLAIM), preemptible jobs of lower
+    priority (PRIORITY), preemptible jobs ranked after it by service (ATTAINED_SERVICE)."""
+    job, pre, cap, now = ask.job, cy.sh.preemption, cy.cap, cy.now
+    pools, book = cy.pools, cy.book
+    own = pools.code(job.pool) if pools is not None else -1
+    reclaim_quota = book is not None and book.within_nominal(job, job.gpu_milli)
+    key = job_keys(job)[0]
+    mine = cy.pending_rank(job) if pre.by_service else 0.0
+    out = []
+    for job_id, r in cy.request.snapshot.running.items():
+        if job_id in cy.victims:
+            continue
+        reason: ReasonCode | None = None
+        if (
+            pools is not None
+            and own >= 0
+            and r.spec.preemptible  # a pool reclaim never preempts a service (its SLO)
+            and r.spec.pool != job.pool
+            and any(int(pools.owner[h]) == own for h in cy.running_hosts(r))
+        ):
+            reason = ReasonCode.POOL_RECLAIM
+        if (
+            reason is None
+            and reclaim_quota
+            and book is not None
+            and r.spec.tenant != job.tenant
+            and key in book.quotas
+            and book.is_borrower(r.spec, key)
+        ):
+            reason = ReasonCode.QUOTA_RECLAIM
+        if (
+            reason is None
+            and pre.by_priority
+            and r.spec.preemptible
+            and r.spec.priority < job.priority
+            and r.runtime_s(now) >= pre.min_runtime_s
+        ):
+            reason = ReasonCode.PRIORITY
+        if reason is None and pre.by_service and r.spec.preemptible:
+            rank = cy.running_rank(r)
+            if (
+                rank > mine
+                and r.runtime_s(now) >= pre.min_runtime_s
+                and (pre.max_lost_s is None or r.work_lost_s(now) <= pre.max_lost_s)
+            ):
+                out.append(candidate(r, ReasonCode.ATTAINED_SERVICE, cap, now, -rank))
+            continue
+        if reason is not None:
+            out.append(candidate(r, reason, cap, now))
+    return out
+
+
+def preempt(cy: Cycle, ask: Ask, asker: Who | None) -> Waiting | None:
+    """The fewest whole running jobs whose removal lets the job fit, preempted now (or, for a reclaim within
+    its grace, signalled to checkpoint). Kueue's model: the job itself is placed in a later cycle, once the
+    caller applied the preemptions; their capacity goes to nobody in this cycle. ``asker``: ``who(cy, ask)``."""
+    pre = cy.sh.preemption
+    if asker is None:
+        return None
+    job, seen = ask.job, cy.seen
+    key = VictimKey(ask.shape, job.pool, asker, job.gpu_milli)
+    if seen.holds(seen.no_victims, key):
+        return None
+    cands = candidates(cy, ask)
+    mask = cy.narrowed(ask, job.pool) if cy.owned(job.pool) is not None else ask.base
+    victims = (
+        find_victims(cy.cap, make_need(job, cy.cap, mask), cy.placer, cy.ctx, cands, pre.max_victims_per_job)
+        if cands
+        else None
+    )
+    if not victims:
+        seen.note(seen.no_victims, key)
+        return None
+    seen.bump()
+    cy.preemptors += 1
+    due = job.submit_time_s + pre.grace_s
+    names = ", ".join(v.running.spec.job_id for v in victims)
+    gpus = sum(v.running.gpu_milli for v in victims) / MILLI_PER_GPU
+    waits = False
+    for v in victims:
+        vid = v.running.spec.job_id
+        cy.victims.add(vid)
+        why = f"preempted for {job.job_id} ({v.reason.value}): frees {gpus:g} GPUs with {names}"
+        if v.reason in RECLAIMS and cy.now < due:
+            waits = True
+            if vid not in cy.signalled:
+                cy.signalled.add(vid)
+                cy.signals.append(Signal(vid, SignalKind.CHECKPOINT, v.reason, why, due))
+        else:
+            cy.preemptions.append(Preemption(vid, v.reason, why))
+    cy.victims_changed()
+    msg = (
+        f"signalled {len(victims)} job(s) ({names}) to checkpoint; they are preempted at t={due:.0f}"
+        if waits
+        else f"preempted {len(victims)} job(s) ({names}) to free {gpus:g} GPUs; placed once they are gone"
+    )
+    return Waiting(job.job_id, ReasonCode.PREEMPTING, msg)
+
+
+# ------------------------------------------------------------------------------- backfill and diagnose
+
+
+def backfill(cy: Cycle, ask: Ask, wide: Wide) -> Waiting | None:
+    """With backfill, a job that waits for capacity gets a reservation of the hosts it could have from the
+    earliest expected end on (EASY: the first such job only; conservative: up to ``max_reservations``):
+    it waits WAITING_FOR_RESERVATION. None without a reservation."""
+    mode, seen = cy.sh.backfill, cy.seen
+    if not (
+        (mode is BackfillMode.EASY and not cy.reservations)
+        or (mode is BackfillMode.CONSERVATIVE and len(cy.reservations) < cy.sh.max_reservations)
+    ):
+        return None
+    if seen.holds(seen.no_reservation, ask.shape) or never_fits(cy.cap, wide.need) is not None:
+        return None
+    got = reserve(cy.cap, wide.need, cy.placer, cy.ctx, cy.ends())
+    if got is None:
+        seen.note(seen.no_reservation, ask.shape)
+        return None
+    why = diagnose(cy.cap, wide.need)
+    start, hosts = got
+    cap = cy.cap
+    cy.reservations.append(Reservation(ask.job.job_id, start, tuple(cap.index.host_name(h) for h in hosts)))
+    cy.reserved_from[list(hosts)] = np.minimum(cy.reserved_from[list(hosts)], start)
+    seen.bump()
+    msg = f"{why[1]}; holds a reservation of {len(hosts)} host(s) from t={start:.0f} (in {start - cy.now:.0f} s)"
+    return Waiting(ask.job.job_id, ReasonCode.WAITING_FOR_RESERVATION, msg)
+
+
+def diagnose_waiting(cy: Cycle) -> None:
+    """The last stage: every job left waiting for want of capacity gets its reason and sentence from the
+    capacity as the cycle leaves it (what it waits for now), one diagnosis per shape (capacity no longer
+    changes, so a local memo is exact; without ``remember_refusals``, each job is diagnosed)."""
+    cap, waiting = cy.cap, cy.waiting
+    memo: dict[int, Diagnosis] = {}
+    remember = cy.seen.enabled
+    for pos, job, sk in cy.undiagnosed:
+        why = memo.get(sk)
+        if why is None:
+            why = diagnose(cap, make_need(job, cap, cy.mask(job)[1]))
+            if remember:
+                memo[sk] = why
+        waiting[pos] = Waiting(job.job_id, why[0], why[1])
