@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging.config
 from dataclasses import replace
 from pathlib import Path
@@ -47,6 +48,9 @@ def server(
     # then only sets its loggers' levels (log_config=None).
     logging.config.dictConfig(log_config(settings.log_level, settings.log_format))
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    # A fatal signal (SIGSEGV, SIGBUS: a mapped file truncated under SQLite) leaves every thread's stack on
+    # stderr instead of a silent death.
+    faulthandler.enable()
     # A bounded graceful shutdown: agents' commands long-polls stay open up to command_wait_s, and uvicorn would
     # otherwise wait for every one of them; cut off, an agent reconnects (to this server restarted, or a standby).
     uvicorn.run(

@@ -7,6 +7,7 @@ class GpupoolError(Exception):
     """Base of every error gpupool raises on purpose."""
 
     code: str = "GPUPOOL_ERROR"
+    retry_after_s: float | None = None  # set where retrying the same request later may succeed
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -93,3 +94,43 @@ class NotFoundError(GpupoolError):
     """A record asked for by id or name that is not stored (a job, a node, a pool)."""
 
     code = "NOT_FOUND"
+
+
+class UnstorableInputError(InputError):
+    """Input the database cannot store as given (a NUL character in text, text that is not UTF-8)."""
+
+    code = "UNSTORABLE_INPUT"
+
+
+class StoreUnavailableError(GpupoolError):
+    """The database cannot answer or take writes now: its server is unreachable or failing over, its disk is
+    full, its file is read-only. ``reason`` is a stable sub-code (``unreachable``, ``busy``, ``read_only``,
+    ``disk_full``, ``io_error``, ``corrupt``, ``replaced``); ``transient`` says whether retrying soon may succeed without an operator."""
+
+    code = "STORE_UNAVAILABLE"
+    retry_after_s = 1.0  # a failover or a busy database clears in seconds
+
+    def __init__(self, message: str, *, reason: str, transient: bool) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.transient = transient
+
+
+class OverloadedError(GpupoolError):
+    """Work refused to keep the service responsive; the same request may succeed after ``retry_after_s``."""
+
+    code = "OVERLOADED"
+    retry_after_s = 1.0
+
+
+class SubmitQueueFullError(OverloadedError):
+    """The server's queue of submissions waiting for their commit is full (the database is slow or away)."""
+
+    code = "SUBMIT_QUEUE_FULL"
+
+
+class TenantPendingLimitError(OverloadedError):
+    """The tenant already has as many pending jobs as a tenant may; more are taken as the queue drains."""
+
+    code = "TENANT_PENDING_LIMIT"
+    retry_after_s = 5.0

@@ -2,14 +2,20 @@
 
 Conversion to domain values happens in the server; these models only validate shapes and ranges, so a bad
 request is a 422 naming the field before any use case runs.
+
+Every string a request carries is ``Text``: text the database can store. PostgreSQL's ``text`` holds no NUL
+character (and neither database takes a lone surrogate, which pydantic's ``str`` already refuses); a job
+name with a NUL used to reach the group commit and fail its whole batch, other tenants' jobs included.
+What a node can run (argv and env sizes, variable names, labels) is checked on top of ``Text`` by the
+domain's rules, through ``_check`` below.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from gpupool.domain.errors import InputError
 from gpupool.domain.labels import check_labels
@@ -18,6 +24,17 @@ from gpupool.domain.workload import check_command, command_size, env_size
 PriorityName = Literal["best_effort", "batch", "normal", "high", "realtime"]
 StateName = Literal["pending", "placed", "running", "finished", "failed", "cancelled"]
 Name = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def storable_text(value: str) -> str:
+    """``value`` unchanged if the database can store it; a ValueError saying why not (pydantic names the field).
+    Lone surrogates need no check here: pydantic's own ``str`` refuses them."""
+    if "\x00" in value:
+        raise ValueError("contains a NUL character (\\u0000), which the database cannot store")
+    return value
+
+
+Text = Annotated[str, AfterValidator(storable_text)]
 
 
 class _In(BaseModel):
@@ -41,19 +58,19 @@ class TopologyIn(_In):
 class JobSubmit(_In):
     """A job as a tenant submits it. ``command`` is an argv list, run without a shell."""
 
-    command: list[str] = Field(min_length=1, max_length=1024)
-    env: dict[str, str] = Field(default_factory=dict, max_length=256, validate_default=True)
-    name: str = Field(default="", max_length=256)
-    tenant: str | None = Field(default=None, min_length=1, max_length=128)  # admins only: on whose behalf
-    pool: str = Field(default="default", min_length=1, max_length=128)
+    command: list[Text] = Field(min_length=1, max_length=1024)
+    env: dict[Text, Text] = Field(default_factory=dict, max_length=256, validate_default=True)
+    name: Text = Field(default="", max_length=256)
+    tenant: Text | None = Field(default=None, min_length=1, max_length=128)  # admins only: on whose behalf
+    pool: Text = Field(default="default", min_length=1, max_length=128)
     tasks: int = Field(default=1, ge=1, le=4096)
     gpus_per_task: int = Field(default=1, ge=1, le=64)
     priority: PriorityName = "normal"
     cpu_millicores: int = Field(default=0, ge=0, le=10_000_000)
     memory_mib: int = Field(default=0, ge=0, le=1_000_000_000)
     share: ShareIn | None = None
-    gpu_models: list[str] = Field(default_factory=list, max_length=64)
-    node_selector: dict[str, str] = Field(default_factory=dict, max_length=64)
+    gpu_models: list[Text] = Field(default_factory=list, max_length=64)
+    node_selector: dict[Text, Text] = Field(default_factory=dict, max_length=64)
     topology: TopologyIn = TopologyIn()
     rail_aligned: bool = False
     preemptible: bool = False
@@ -61,7 +78,7 @@ class JobSubmit(_In):
     deadline_s: float | None = Field(default=None, ge=0, le=1e12)
     min_tasks: int | None = Field(default=None, ge=1, le=4096)
     scaling: Literal["none", "linear"] = "none"
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+    idempotency_key: Text | None = Field(default=None, min_length=1, max_length=256)
 
     # What a node will run is checked here, at the door, with the rules the agent applies again before it
     # starts anything: a NUL, an '=' in a variable name or an over-long argument is a 422 naming the field
@@ -186,8 +203,8 @@ class NodeOut(_Out):
 class LabelsIn(_In):
     """Admin labels to set (``key: value``) and to remove (keys), in one audited change."""
 
-    set: dict[str, str] = Field(default_factory=dict, max_length=256)
-    remove: list[str] = Field(default_factory=list, max_length=256)
+    set: dict[Text, Text] = Field(default_factory=dict, max_length=256)
+    remove: list[Text] = Field(default_factory=list, max_length=256)
 
     @field_validator("set")
     @classmethod
@@ -214,11 +231,11 @@ class NodeList(_Out):
 
 
 class DrainIn(_In):
-    reason: str = Field(default="drained by an operator", max_length=512)
+    reason: Text = Field(default="drained by an operator", max_length=512)
 
 
 class PoolIn(_In):
-    calendar_toml: str = Field(default="", max_length=1_000_000)  # the pool calendar, TOML
+    calendar_toml: Text = Field(default="", max_length=1_000_000)  # the pool calendar, TOML
     expected_version: int | None = Field(default=None, ge=0)
 
 
@@ -233,7 +250,7 @@ class PoolList(_Out):
 
 
 class TenantIn(_In):
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: Text = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     weight: float = Field(default=1.0, gt=0, le=1e6)
 
 
@@ -249,12 +266,12 @@ class TenantList(_Out):
 class QuotaIn(_In):
     """A tenant's quota in a pool, in whole GPUs (fractional jobs count their share)."""
 
-    pool: str = Field(min_length=1, max_length=128)
-    gpu_model: str = Field(default="", max_length=128)
+    pool: Text = Field(min_length=1, max_length=128)
+    gpu_model: Text = Field(default="", max_length=128)
     nominal_gpus: int = Field(ge=0, le=10_000_000)
     borrowing_limit_gpus: int | None = Field(default=None, ge=0, le=10_000_000)
     lending_limit_gpus: int | None = Field(default=None, ge=0, le=10_000_000)
-    cohort: str = Field(default="", max_length=128)
+    cohort: Text = Field(default="", max_length=128)
 
 
 class QuotaOut(_Out):
@@ -272,7 +289,7 @@ class QuotaList(_Out):
 
 
 class TokenIn(_In):
-    tenant: str | None = Field(default=None, min_length=1, max_length=128)
+    tenant: Text | None = Field(default=None, min_length=1, max_length=128)
     admin: bool = False
 
 
@@ -305,8 +322,11 @@ class FabricOut(_Out):
 class ErrorOut(_Out):
     code: str
     message: str
+    reason: str | None = None  # STORE_UNAVAILABLE: unreachable, busy, read_only, disk_full, io_error, corrupt, replaced
 
 
 class HealthOut(_Out):
     ok: bool
     leader: bool
+    store_writable: bool = True
+    store_reason: str = ""  # why not: unreachable, busy, read_only, disk_full, io_error, corrupt, replaced

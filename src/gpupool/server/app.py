@@ -2,12 +2,15 @@
 
 ``create_app(settings)`` builds everything from one settings object; nothing is global. Errors carry the
 domain's stable codes: bad input is a 422 in FastAPI's own validation shape (naming the field), a missing
-or foreign record a 404, a lost race or a forbidden state change a 409, a bad token a 401.
+or foreign record a 404, a lost race or a forbidden state change a 409, a bad token a 401, a database that
+cannot answer or write a 503 with its reason (``STORE_UNAVAILABLE``), a full submit queue a 503 and a tenant
+at its cap of pending jobs a 429; those three carry ``Retry-After``.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -22,6 +25,9 @@ from gpupool.domain.errors import (
     GpupoolError,
     InputError,
     NotFoundError,
+    StoreUnavailableError,
+    SubmitQueueFullError,
+    TenantPendingLimitError,
     TransitionError,
     UnknownNameError,
 )
@@ -47,6 +53,9 @@ _STATUS: tuple[tuple[type[GpupoolError], int], ...] = (
     (TransitionError, 409),
     (AgentUnreachableError, 502),
     (ProtocolUnsupportedError, 426),
+    (TenantPendingLimitError, 429),
+    (SubmitQueueFullError, 503),
+    (StoreUnavailableError, 503),
 )
 
 
@@ -66,8 +75,13 @@ def error_response(exc: GpupoolError) -> JSONResponse:
         detail = [{"loc": where.split("."), "msg": getattr(exc, "reason", exc.message), "type": exc.code}]
         return JSONResponse({"detail": detail}, status_code=422)
     status = next((code for kind, code in _STATUS if isinstance(exc, kind)), 400)
+    body: dict[str, object] = {"code": exc.code, "message": exc.message}
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"code": exc.code, "message": exc.message}, status_code=status, headers=headers)
+    if exc.retry_after_s is not None:
+        headers = {"Retry-After": str(math.ceil(exc.retry_after_s))}
+    if isinstance(exc, StoreUnavailableError):
+        body["reason"] = exc.reason
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _http_error(request: Request, exc: Exception) -> Response:
@@ -81,7 +95,7 @@ def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def _errors() -> dict[int | str, dict[str, object]]:
-    return {code: {"model": api.ErrorOut} for code in (400, 401, 403, 404, 409)}
+    return {code: {"model": api.ErrorOut} for code in (400, 401, 403, 404, 409, 429, 503)}
 
 
 def create_app(
@@ -115,9 +129,18 @@ def create_app(
     # The dashboard at / and /ui, behind the same tokens, with the gateway's latest samples per host.
     mount_dashboard(app, telemetry=srv.gateway.telemetry)
 
-    @app.get("/healthz", response_model=api.HealthOut)
-    def healthz(s: Srv) -> api.HealthOut:
-        return api.HealthOut(ok=True, leader=s.loop.is_leader)
+    @app.get("/healthz", response_model=api.HealthOut, responses={503: {"model": api.HealthOut}})
+    def healthz(s: Srv) -> Response:
+        """200 while the store takes writes, else 503 with the reason: a balancer sends submits elsewhere."""
+        fault = s.store.write_fault()
+        out = api.HealthOut(
+            ok=fault is None,
+            leader=s.loop.is_leader,
+            store_writable=fault is None,
+            store_reason="" if fault is None else fault.reason,
+        )
+        headers = None if fault is None else {"Retry-After": str(math.ceil(fault.retry_after_s or 1))}
+        return Response(out.model_dump_json(), 200 if fault is None else 503, headers, "application/json")
 
     @app.get("/metrics", response_class=Response)
     def metrics(s: Srv) -> Response:

@@ -93,7 +93,14 @@ def build_server(
     gateway = AgentGateway(store, ops, fabrics, settings, signals, loop.nudge, clock, seen, hosts, loop.live)
     auth = Authenticator(store, settings.admin_token, settings.auth_cache_s, clock)
     # The loop folds new jobs in without reading them back; two writers where transactions can overlap.
-    submits = SubmitWriter(ops, on_stored=loop.submitted, writers=2 if store.concurrent_writes else 1)
+    submits = SubmitWriter(
+        ops,
+        on_stored=loop.submitted,
+        writers=2 if store.concurrent_writes else 1,
+        max_queued=settings.submit_queue_max,
+        max_pending_per_tenant=settings.max_pending_per_tenant,
+        retry_s=settings.store_retry_s,
+    )
     labels = LabelIndex(store.list_nodes, settings.host_cache_s, clock)
     push = CommandPush(gateway.commands, bell, refresher, settings.command_wait_s, clock)
     return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits, labels, push)

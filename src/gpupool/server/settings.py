@@ -60,6 +60,12 @@ class Settings:
     access_log: bool = True  # one line per request (client, method, path, status, request id)
     tls_cert: str = ""  # PEM certificate (chain) file: the server speaks HTTPS; needs tls_key
     tls_key: str = ""  # its PEM private key file (keep it readable by the server's user only)
+    # Backpressure (see server/submits.py): a tenant's pending jobs (0: no cap; 429 TENANT_PENDING_LIMIT past
+    # it) and submissions waiting for their commit (503 SUBMIT_QUEUE_FULL past it).
+    max_pending_per_tenant: int = 100_000
+    submit_queue_max: int = 20_000
+    # How long a submission waits through a database failover (or a lost connection) before its 503.
+    store_retry_s: float = 10.0
 
     @property
     def url(self) -> str:

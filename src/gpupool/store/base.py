@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Self
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, insert, select, text
 from sqlalchemy.orm import Session
 
-from gpupool.domain.errors import ParseError, UnknownNameError
+from gpupool.domain.errors import ParseError, StoreUnavailableError, UnknownNameError
 from gpupool.store.engine import core_transaction, is_postgres, make_engine, migrate, transaction
 from gpupool.store.rows import AuditRow, TenantRow
 
@@ -41,6 +41,10 @@ class StoreBase:
         # busy handler, which sleeps in growing steps (up to 100 ms) and wastes most of a busy second.
         # Other processes on the same file still wait through busy_timeout.
         self._sqlite_writer = None if self._postgres else threading.Lock()
+        # The outcome of the latest write transaction (see ``write_fault``): when it ended, and its fault if the
+        # database could not take it.
+        self._wrote_at = float("-inf")
+        self._write_fault: StoreUnavailableError | None = None
 
     @property
     def concurrent_writes(self) -> bool:
@@ -54,6 +58,27 @@ class StoreBase:
     def close(self) -> None:
         self._engine.dispose()
 
+    def write_fault(self, max_age_s: float = 1.0) -> StoreUnavailableError | None:
+        """Why the latest write transaction failed (its reason), or None if it committed (or failed on its own
+        data, which a working database refuses too).
+
+        Real writes are the best witness: a full disk may still take a small write into reused log space
+        while every submit fails. Without one in the last ``max_age_s`` a probe write is made: SQLite rewrites
+        its header's ``user_version`` (unused by the schema), which meets a read-only file or a failing disk;
+        PostgreSQL assigns a transaction id, which a replica or a demoted primary refuses.
+        """
+        if time.monotonic() - self._wrote_at > max_age_s:
+            try:
+                with self._core_tx(write=True) as conn:
+                    if self._postgres:
+                        conn.execute(text("SELECT txid_current()"))
+                    else:
+                        version = int(conn.execute(text("PRAGMA user_version")).scalar_one())
+                        conn.execute(text(f"PRAGMA user_version = {(version + 1) % 1_000_000}"))
+            except StoreUnavailableError:
+                pass  # recorded by _core_tx
+        return self._write_fault
+
     def __enter__(self) -> Self:
         return self
 
@@ -63,21 +88,43 @@ class StoreBase:
     @contextmanager
     def _tx(self, *, write: bool) -> Iterator[Session]:
         if write and self._sqlite_writer is not None:
-            with self._sqlite_writer, transaction(self._engine, write=True) as session:
+            with self._track(), self._sqlite_writer, transaction(self._engine, write=True) as session:
+                yield session
+        elif write:
+            with self._track(), transaction(self._engine, write=True) as session:
                 yield session
         else:
-            with transaction(self._engine, write=write) as session:
+            with transaction(self._engine, write=False) as session:
                 yield session
 
     @contextmanager
     def _core_tx(self, *, write: bool) -> Iterator[Connection]:
         """``_tx`` for Core statements only: a bare connection in one transaction, no ORM session."""
         if write and self._sqlite_writer is not None:
-            with self._sqlite_writer, core_transaction(self._engine, write=True) as conn:
+            with self._track(), self._sqlite_writer, core_transaction(self._engine, write=True) as conn:
+                yield conn
+        elif write:
+            with self._track(), core_transaction(self._engine, write=True) as conn:
                 yield conn
         else:
-            with core_transaction(self._engine, write=write) as conn:
+            with core_transaction(self._engine, write=False) as conn:
                 yield conn
+
+    @contextmanager
+    def _track(self) -> Iterator[None]:
+        """Record a write transaction's outcome for ``write_fault``."""
+        try:
+            yield
+        except StoreUnavailableError as e:
+            self._write_fault = e
+            raise
+        except BaseException:
+            self._write_fault = None
+            raise
+        else:
+            self._write_fault = None
+        finally:
+            self._wrote_at = time.monotonic()
 
     def _audit(self, s: Session, actor: str, action: str, subject: str, data: dict[str, Any], at_s: float) -> None:
         s.execute(insert(AuditRow).values(at_s=at_s, actor=actor, action=action, subject=subject, data=dumps(data)))

@@ -5,10 +5,17 @@ on, and write transactions opened with ``BEGIN IMMEDIATE`` so a transaction that
 write lock up front: two such transactions can never both read the old state and then deadlock or overwrite
 each other. PostgreSQL: READ COMMITTED plus guarded (versioned) updates and ``SELECT ... FOR UPDATE`` where a
 check spans rows. Either way, every transaction is short and holds no network call.
+
+Database failures leave a transaction as domain errors with stable codes (``store_fault``): what the database
+cannot store is an ``UnstorableInputError`` (a 422 naming no field: the API's models refuse such text before
+it gets here), and a database that cannot answer or write (unreachable, failing over, disk full, read-only
+file) a ``StoreUnavailableError`` with its reason (a 503). Constraint violations pass through unchanged: the
+use cases that expect them catch them.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,10 +26,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from gpupool.domain.errors import InputError
+from gpupool.domain.errors import GpupoolError, InputError, StoreUnavailableError, UnstorableInputError
 from gpupool.store.rows import Base
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -44,19 +52,29 @@ def make_engine(url: str, *, busy_timeout_ms: int = 10_000) -> Engine:
             # Each pooled connection would get its own empty in-memory database: nothing would persist.
             raise InputError("the store needs a SQLite file, not an in-memory database", source=url)
         engine = create_engine(parsed)
-        _sqlite_setup(engine, busy_timeout_ms)
+        _sqlite_setup(engine, str(parsed.database), busy_timeout_ms)
         return engine
     if backend == "postgresql":
         return create_engine(parsed, pool_size=10, max_overflow=20)
     raise InputError(f"unsupported database {backend!r}: use sqlite:///PATH or postgresql+psycopg://...", source=url)
 
 
-def _sqlite_setup(engine: Engine, busy_timeout_ms: int) -> None:
+def _sqlite_setup(engine: Engine, path: str, busy_timeout_ms: int) -> None:
+    first: list[tuple[int, int]] = []  # (device, inode) of the file the first connection opened
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        try:
+            _refuse_a_replaced_file(path, first)
+        except StoreUnavailableError:
+            dbapi_conn.close()
+            raise
         # Let us emit BEGIN ourselves: pysqlite's own implicit BEGIN is always DEFERRED.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
+        # Never map the database file: a file truncated or replaced under a mapping kills the process with
+        # SIGBUS. 0 is this build's default; others (SQLITE_DEFAULT_MMAP_SIZE) may map, so say it.
+        cur.execute("PRAGMA mmap_size=0")
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         cur.execute("PRAGMA foreign_keys=ON")
@@ -66,7 +84,34 @@ def _sqlite_setup(engine: Engine, busy_timeout_ms: int) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
+        if conn.get_execution_options().get(_WRITE):
+            # A write to the old file's inode would be acknowledged and then lost with it (one stat, ~1 us).
+            _refuse_a_replaced_file(path, first)
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+
+def _refuse_a_replaced_file(path: str, first: list[tuple[int, int]]) -> None:
+    """Refuse a new connection, or a write, once the database file is no longer the one first opened here.
+
+    SQLite keeps one shared-memory WAL index (the ``-shm`` file, mapped into memory) per database inode. A
+    connection to a replaced file (a copy renamed over it, say, to make it read-only) is to a new inode: it
+    finds no lock of another process on the ``-shm`` (its own process's locks never conflict), takes itself
+    for the first user and truncates the ``-shm`` that the older connections still map. Their next access
+    faults: SIGBUS, the process dies without a word. And the older connections would go on committing to
+    the old inode, which no path names any more. Refused, both are a 503 with reason ``replaced``.
+    """
+    st = os.stat(path)
+    here = (st.st_dev, st.st_ino)
+    if not first:
+        first.append(here)
+    elif first[0] != here:
+        raise StoreUnavailableError(
+            f"the database file {path} was replaced while this server had it open; restart the server to use it",
+            reason="replaced",
+            transient=False,
+        )
 
 
 def is_postgres(engine: Engine) -> bool:
@@ -76,22 +121,87 @@ def is_postgres(engine: Engine) -> bool:
 @contextmanager
 def transaction(engine: Engine, *, write: bool) -> Iterator[Session]:
     """One short transaction: committed when the block ends, rolled back if it raises."""
-    with engine.connect() as conn:
-        if write:
-            conn.execution_options(**{_WRITE: True})
-        with Session(bind=conn, expire_on_commit=False, autoflush=True) as session, session.begin():
-            yield session
+    try:
+        with engine.connect() as conn:
+            if write:
+                conn.execution_options(**{_WRITE: True})
+            with Session(bind=conn, expire_on_commit=False, autoflush=True) as session, session.begin():
+                yield session
+    except (sa_exc.DBAPIError, engine.dialect.loaded_dbapi.Error, UnicodeEncodeError) as e:
+        _raise_fault(engine, e)
+        raise
 
 
 @contextmanager
 def core_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
     """``transaction`` without an ORM session: for hot paths that only run Core statements (a session's
     set-up, bookkeeping and ORM-level execution cost more than the statements themselves there)."""
-    with engine.connect() as conn:
-        if write:
-            conn.execution_options(**{_WRITE: True})
-        with conn.begin():
-            yield conn
+    try:
+        with engine.connect() as conn:
+            if write:
+                conn.execution_options(**{_WRITE: True})
+            with conn.begin():
+                yield conn
+    except (sa_exc.DBAPIError, engine.dialect.loaded_dbapi.Error, UnicodeEncodeError) as e:
+        _raise_fault(engine, e)
+        raise
+
+
+def _raise_fault(engine: Engine, e: BaseException) -> None:
+    """Raise ``e``'s domain error, if it has one; an unreachable server also empties the connection pool, since
+    after a failover every pooled connection points at the old primary (SQLAlchemy does this itself for errors
+    it sees, but the hot paths run on the DB-API cursor, whose errors it never sees)."""
+    fault = store_fault(e, engine.dialect.loaded_dbapi)
+    if fault is None:
+        return
+    if isinstance(fault, StoreUnavailableError) and fault.reason == "unreachable":
+        engine.dispose()
+    raise fault from e
+
+
+# SQLite's primary result codes (``sqlite_errorname`` minus any extended suffix): reason and transient.
+_SQLITE = {
+    "SQLITE_FULL": ("disk_full", False),
+    "SQLITE_READONLY": ("read_only", False),
+    "SQLITE_IOERR": ("io_error", False),
+    "SQLITE_CANTOPEN": ("io_error", False),
+    "SQLITE_CORRUPT": ("corrupt", False),
+    "SQLITE_NOTADB": ("corrupt", False),
+    "SQLITE_BUSY": ("busy", True),
+    "SQLITE_LOCKED": ("busy", True),
+}
+# PostgreSQL SQLSTATEs (exact, then by class): reason and transient. A read-only transaction is a replica or
+# a demoted primary, so a failover in progress.
+_POSTGRES = {
+    "53100": ("disk_full", False),
+    "53300": ("busy", True),
+    "25006": ("read_only", True),
+    "57P01": ("unreachable", True),
+    "57P02": ("unreachable", True),
+    "57P03": ("unreachable", True),
+    "08": ("unreachable", True),
+}
+
+
+def store_fault(e: BaseException, dbapi: Any) -> GpupoolError | None:
+    """The domain error for a database failure, or None for one the use cases handle (constraint violations)."""
+    orig = e.orig if isinstance(e, sa_exc.DBAPIError) else e
+    if isinstance(orig, (UnicodeEncodeError, dbapi.DataError)):
+        return UnstorableInputError(f"the database cannot store this value: {orig}", source="body")
+    if isinstance(orig, dbapi.IntegrityError) or not isinstance(orig, dbapi.Error):
+        return None
+    name = getattr(orig, "sqlite_errorname", None)
+    if name is not None:
+        found = _SQLITE.get("_".join(str(name).split("_")[:2]))
+    else:
+        state = getattr(orig, "sqlstate", None)
+        found = None if state is None else _POSTGRES.get(state, _POSTGRES.get(state[:2]))
+        if found is None and isinstance(orig, (dbapi.OperationalError, dbapi.InterfaceError)):
+            found = ("unreachable", True)  # no SQLSTATE: the client lost or never had its connection
+    if found is None:
+        return None
+    reason, transient = found
+    return StoreUnavailableError(f"the database is unavailable ({reason}): {orig}", reason=reason, transient=transient)
 
 
 def alembic_config() -> Config:

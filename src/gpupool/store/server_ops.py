@@ -19,7 +19,15 @@ from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gpupool.domain.errors import ConflictError, GpupoolError, InputError, NotFoundError, UnknownNameError
+from gpupool.domain.errors import (
+    ConflictError,
+    GpupoolError,
+    InputError,
+    NotFoundError,
+    TenantPendingLimitError,
+    UnknownNameError,
+    UnstorableInputError,
+)
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.states import JobState
 from gpupool.store import tokens
@@ -149,12 +157,22 @@ class ServerOps:
             raise out
         return out
 
-    def submit_many(self, batch: Sequence[Submission]) -> list[tuple[JobRecord, bool] | GpupoolError]:
+    def submit_many(
+        self, batch: Sequence[Submission], room: dict[str, int] | None = None, *, retrying: bool = False
+    ) -> list[tuple[JobRecord, bool] | GpupoolError]:
         """Store many submissions in one transaction (one commit for all): per item, (record, created) or the
         error that refused it alone. A key seen earlier in the batch or already stored returns that job.
 
+        ``room``, if given, is how many more pending jobs each tenant named in it may have: a submission that
+        would create one more is refused (TenantPendingLimitError), and what is created is taken off ``room``.
+
         A batch the database refuses as a whole (another replica stored one of the keys, or an id, between
-        our read and our commit) is retried one submission per transaction, so each item gets its own answer.
+        our read and our commit; a value the database cannot store) is retried one submission per transaction,
+        so each item gets its own answer and one bad submission never fails another.
+
+        ``retrying``: this batch was given before and that call failed with its outcome unknown (a connection
+        lost during the commit), so a submission whose job id is already stored, with its spec, was stored by
+        that call and is answered as created, not as a conflict.
         """
         out: list[tuple[JobRecord, bool] | GpupoolError | None] = [None] * len(batch)
         for i, sub in enumerate(batch):
@@ -165,24 +183,35 @@ class ServerOps:
         todo = [i for i in range(len(batch)) if out[i] is None]
         if not todo:
             return [o for o in out if o is not None]
+        trial = None if room is None else dict(room)  # taken from only if the batch commits
         try:
-            self._submit_batch(batch, todo, out)
-        except (IntegrityError, self._dbapi_integrity):
-            if len(todo) == 1:
-                self._after_conflict(batch[todo[0]], todo[0], out)
+            self._submit_batch(batch, todo, out, trial, retrying)
+        except (IntegrityError, self._dbapi_integrity, UnstorableInputError) as e:
+            if len(todo) == 1 and isinstance(e, UnstorableInputError):
+                out[todo[0]] = UnstorableInputError(e.reason, source=f"job {batch[todo[0]].spec.job_id}")
+            elif len(todo) == 1:
+                self._after_conflict(batch[todo[0]], todo[0], out, retrying)
             else:
                 for i in todo:
-                    out[i] = self.submit_many([batch[i]])[0]
+                    out[i] = self.submit_many([batch[i]], room, retrying=retrying)[0]
+        else:
+            if room is not None and trial is not None:
+                room.update(trial)
         assert all(o is not None for o in out)
         return [o for o in out if o is not None]
 
     def _submit_batch(
-        self, batch: Sequence[Submission], todo: list[int], out: list[tuple[JobRecord, bool] | GpupoolError | None]
+        self,
+        batch: Sequence[Submission],
+        todo: list[int],
+        out: list[tuple[JobRecord, bool] | GpupoolError | None],
+        room: dict[str, int] | None,
+        retrying: bool,
     ) -> None:
         st = self.store
         # The cursor is this transaction's DB-API connection's (see __init__).
         with st._core_tx(write=True) as conn, closing(conn.connection.cursor()) as cur:
-            self._submit_rows(conn, cur, batch, todo, out)
+            self._submit_rows(conn, cur, batch, todo, out, room, retrying)
 
     def _submit_rows(
         self,
@@ -191,6 +220,8 @@ class ServerOps:
         batch: Sequence[Submission],
         todo: list[int],
         out: list[tuple[JobRecord, bool] | GpupoolError | None],
+        room: dict[str, int] | None,
+        retrying: bool,
     ) -> None:
         tenants = sorted({batch[i].spec.tenant for i in todo})
         cur.execute(f"SELECT name FROM {TenantRow.__tablename__} WHERE name IN {self._in(len(tenants))}", tenants)
@@ -220,11 +251,20 @@ class ServerOps:
             sub = batch[i]
             spec, key = sub.spec, sub.idempotency_key
             if key is not None and (spec.tenant, key) in keyed:
-                out[i] = (keyed[(spec.tenant, key)], False)
+                stored = keyed[(spec.tenant, key)]
+                # Its own job id: stored by an earlier try of this batch whose commit went unanswered.
+                out[i] = (stored, retrying and stored.job_id == spec.job_id)
                 continue
             if spec.tenant not in known:
                 out[i] = UnknownNameError(f"unknown tenant {spec.tenant!r}")
                 continue
+            if room is not None and spec.tenant in room:
+                if room[spec.tenant] <= 0:
+                    out[i] = TenantPendingLimitError(
+                        f"tenant {spec.tenant!r} has as many pending jobs as a tenant may queue; retry as they start"
+                    )
+                    continue
+                room[spec.tenant] -= 1
             # In _JOB_COLUMNS' order.
             jobs.append(
                 (
@@ -257,19 +297,33 @@ class ServerOps:
             self._insert(cur, self._insert_commands, commands)
             self._insert(cur, self._insert_audits, audits)
 
-    def _after_conflict(self, sub: Submission, i: int, out: list[tuple[JobRecord, bool] | GpupoolError | None]) -> None:
-        """One submission refused by a unique constraint: its key was stored meanwhile, or its id is taken."""
-        if sub.idempotency_key is not None:
-            with self.store._tx(write=False) as s:
+    def _after_conflict(
+        self, sub: Submission, i: int, out: list[tuple[JobRecord, bool] | GpupoolError | None], retrying: bool
+    ) -> None:
+        """One submission refused by a unique constraint: its key was stored meanwhile, or its id is taken
+        (by this very submission, when an earlier try's commit succeeded unanswered: see ``submit_many``)."""
+        with self.store._tx(write=False) as s:
+            if sub.idempotency_key is not None:
                 row = s.scalar(
                     select(JobRow).where(
                         JobRow.tenant == sub.spec.tenant, JobRow.idempotency_key == sub.idempotency_key
                     )
                 )
                 if row is not None:
-                    out[i] = (job_record(row), False)
+                    out[i] = (job_record(row), retrying and row.id == sub.spec.job_id)
                     return
+            row = s.get(JobRow, sub.spec.job_id) if retrying else None
+            if row is not None and row.tenant == sub.spec.tenant and row.spec == spec_to_json(sub.spec):
+                out[i] = (job_record(row), True)
+                return
         out[i] = ConflictError(f"job {sub.spec.job_id}: a job with this id already exists")
+
+    def pending_counts(self) -> dict[str, int]:
+        """Pending jobs per tenant (tenants with none are absent): what the per-tenant cap counts."""
+        sql = f"SELECT tenant, count(*) FROM {JobRow.__tablename__} WHERE state = {self._mark} GROUP BY tenant"
+        with self.store._core_tx(write=False) as conn, closing(conn.connection.cursor()) as cur:
+            cur.execute(sql, [JobState.PENDING.value])
+            return {str(t): int(n) for t, n in cur.fetchall()}
 
     def command(self, job_id: str) -> JobCommand:
         with self.store._tx(write=False) as s:
