@@ -502,7 +502,8 @@ class Agent:
         self.stats.heartbeats += 1
         self.backoff.reset()
         self._new_xids.clear()
-        for aid in sent:
+        # Only an end the server acknowledged stops being repeated: one it could not store comes again next beat.
+        for aid in sent if reply.acked is None else sorted(set(sent) & set(reply.acked)):
             self._undelivered.pop(aid, None)
             self._state[aid] = "delivered"
             with contextlib.suppress(OSError):

@@ -248,6 +248,10 @@ class HeartbeatReply(_CarriesCommands):
     protocol: int = PROTOCOL_VERSION
     heartbeat_interval_s: float
     server_time_s: float
+    # Assignment ids whose reported end (exited, lost) the server has stored, or has nothing to store for: the
+    # agent repeats an end on every beat until it is listed here. None: a server older than this field, whose
+    # reply acknowledges every end the beat carried.
+    acked: tuple[str, ...] | None = None
 
 
 def command_key(command: LaunchCommand | StopCommand | SignalCommand) -> str:

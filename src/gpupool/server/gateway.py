@@ -6,17 +6,22 @@ with what the agent says it runs. A placed rank it does not run gets a launch
 (the agent launches an assignment id at most once, so a repeat after a server restart is harmless); a rank
 it runs that is no longer assigned to it (cancelled, preempted, or requeued while the node was lost) gets a
 stop. So a restarted server, a standby taking over, or a node coming back all converge without a queue.
+
+Reports of ranks (running, exited with a code, lost) are stored on the rank's allocation row, and the job
+moved as its current allocation's ranks say, in one transaction (``Store.record_rank``): no replica keeps a
+gang's progress in memory. A beat's reply acknowledges (``acked``) each ended rank whose end is stored (or
+that no live allocation has): the agent repeats an end until then. Each beat is also judged against the
+node's stored ranks (``Store.rank_watch``): a rank never launched, or launched and since vanished without
+an end, a node-lost timeout after, requeues or fails its job.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import zlib
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from gpupool.domain.errors import GpupoolError, StaleVersionError
+from gpupool.domain.errors import GpupoolError
 from gpupool.domain.events import HealthGrade, NodeLabelled
 from gpupool.domain.states import JobState, NodeState
 from gpupool.domain.workload import workload_env
@@ -46,11 +51,11 @@ from gpupool.server.loop import SignalQueue
 from gpupool.server.settings import Settings
 from gpupool.server.telemetry import LiveTelemetry
 from gpupool.store import Store
+from gpupool.store.ranks import RankReport, parse_assignment_id
 from gpupool.store.server_ops import Assignment, ServerOps
 
 log = logging.getLogger("gpupool.server.gateway")
 _GRADE = {"ok": HealthGrade.OK, "degraded": HealthGrade.DEGRADED, "bad": HealthGrade.BAD}
-_LIVE = (JobState.PLACED, JobState.RUNNING)
 
 
 class AuthError(GpupoolError):
@@ -79,19 +84,11 @@ class AgentGateway:
     ) -> None:
         self._store, self._ops, self._fabrics, self._seen, self._hosts = store, ops, fabrics, seen, hosts
         self._settings, self._signals, self._wake, self._clock = settings, signals, wake, clock
-        self._lock = threading.Lock()
         self.telemetry = LiveTelemetry()  # the dashboard's live samples: one per host, in memory only
         # Heartbeats become the scheduler's events (``live``): per-leaf counters, and each host's HCA -> leaf.
         self._live = live
         self._ports = PortCounters(stale_s=settings.node_lost_after_s)
         self._leaves = LeafMap(fabrics.current, self._hcas, settings.host_cache_s, clock)
-        # Assignment ids seen started / exited cleanly, per job: a gang is running when every rank of its
-        # current allocation started, finished when every one exited 0. Keyed by assignment id (which carries
-        # the allocation number), not rank: after a requeue the old allocation's ranks must not count for the
-        # new one, or the gang turns RUNNING when its first new rank starts and the others are never launched.
-        # Process-local: agents repeat their workloads' states on every beat.
-        self._started: dict[str, set[str]] = defaultdict(set)
-        self._done: dict[str, set[str]] = defaultdict(set)
         self._ignored: set[tuple[str, tuple[str, ...]]] = set()  # (host, unknown fields) already logged
 
     # -- protocol versions -------------------------------------------------------------------------------------
@@ -185,11 +182,13 @@ class AgentGateway:
         if req.ports:
             events += self._ports.events(host, req.ports, self._leaves.of(host), now)
         self._live.put(events)
-        self._apply(host, req.workloads)
+        acked = self._apply(host, req.workloads)
+        self._watch(host, req.workloads)
         return HeartbeatReply(
             commands=tuple(self.commands(host, req.workloads)),
             heartbeat_interval_s=self._settings.heartbeat_interval_s,
             server_time_s=self._clock(),
+            acked=tuple(acked),
         )
 
     def commands(self, host: str, workloads: Sequence[WorkloadStatus]) -> list[Command]:
@@ -223,62 +222,58 @@ class AgentGateway:
         inv = self._ops.agent(host).inventory
         return [(str(h.get("name", "")), str(h.get("guid", ""))) for h in inv.get("hcas", [])]
 
-    # -- workload states -> job states -------------------------------------------------------------------------
-    def _apply(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:
-        for w in workloads:
-            ranks = {a.assignment_id: a for a in self._ops.job_assignments(w.job_id)}
-            a = ranks.get(w.assignment_id)
-            if a is None or a.host != host or a.state not in _LIVE:
-                continue  # a stale assignment: its stop command goes out with the reply
-            for _ in range(3):
-                try:
-                    self._fold(a, frozenset(ranks), w, f"agent:{host}")
-                    break
-                except StaleVersionError:
-                    continue
-                except GpupoolError as e:
-                    log.info("report for %s not applied: %s", w.assignment_id, e)
-                    break
-
-    def _fold(self, a: Assignment, current: frozenset[str], w: WorkloadStatus, actor: str) -> None:
-        job = self._store.get_job(a.job_id)
-        if job.state not in _LIVE:
-            return
+    # -- workload states -> rank rows -> job states ----------------------------------------------------------
+    def _apply(self, host: str, workloads: Sequence[WorkloadStatus]) -> list[str]:
+        """Store each reported rank (the job moves with it in the same transaction); return the assignment ids
+        of the ended ones now settled: stored, or belonging to no live allocation (nothing to store)."""
+        cached = {a.assignment_id: a for a in self._hosts.assignments(host)}
+        acked: list[str] = []
         changed = False
-        with self._lock:
-            started, done = self._started[a.job_id], self._done[a.job_id]
-            # Forget ranks of earlier allocations of this job (requeued or preempted, then placed again).
-            started &= current
-            done &= current
-            if w.state in ("starting", "running"):
-                started.add(a.assignment_id)
-                all_started = started >= current and w.state == "running"
-            else:
-                all_started = False
-                if w.state == "exited" and w.exit_code == 0:
-                    started.add(a.assignment_id)
-                    done.add(a.assignment_id)
-            all_done = done >= current
-        if job.state is JobState.PLACED and (all_started or all_done):
-            job = self._store.transition_job(a.job_id, job.version, JobState.RUNNING, "every rank started", actor)
-            changed = True
-        if w.state == "exited" and w.exit_code != 0:
-            why = f"rank {a.rank} on {a.host} exited with {w.exit_code}" + (f": {w.reason}" if w.reason else "")
-            self._store.transition_job(a.job_id, job.version, JobState.FAILED, why, actor)
-            changed = True
-        elif w.state == "lost":
-            why = f"rank {a.rank} on {a.host} was lost by its agent"
-            self._store.transition_job(a.job_id, job.version, JobState.FAILED, why, actor)
-            changed = True
-        elif all_done and job.state is JobState.RUNNING:
-            self._store.transition_job(a.job_id, job.version, JobState.FINISHED, "every rank exited 0", actor)
-            changed = True
+        for w in workloads:
+            ended = w.state in ("exited", "lost")
+            a = cached.get(w.assignment_id)
+            if a is not None and (a.ended or (not ended and a.started)):
+                if ended:
+                    acked.append(w.assignment_id)
+                continue  # already stored: the steady state (every beat lists every running rank) writes nothing
+            parsed = parse_assignment_id(w.assignment_id)
+            if parsed is None or parsed[0] != w.job_id:
+                acked += [w.assignment_id] if ended else []
+                continue
+            report = RankReport(parsed[0], parsed[1], parsed[2], host, w.state, w.exit_code, w.reason)
+            try:
+                out = self._store.record_rank(report, f"agent:{host}")
+            except GpupoolError as e:  # not acknowledged: the agent repeats it
+                log.info("report for %s not stored: %s", w.assignment_id, e)
+                continue
+            changed |= out.changed
+            if ended:
+                acked.append(w.assignment_id)
         if changed:
             self._hosts.invalidate()  # the job's ranks changed state (or ended): this beat's reply must see it
-            if self._store.get_job(a.job_id).state not in _LIVE:
-                with self._lock:
-                    self._started.pop(a.job_id, None)
-                    self._done.pop(a.job_id, None)
+            self._wake()
+        return acked
+
+    def _watch(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:
+        """The watchdog: requeue or fail jobs whose ranks on ``host`` its agent never ran or no longer runs.
+
+        A rank is judged a node-lost timeout after its placement (or launch), so a beat in flight while the
+        agent launched it is never taken for its absence; the cached assignments filter first, so a beat of
+        a node whose agent runs all its ranks reads nothing."""
+        listed = {w.assignment_id for w in workloads}
+        now, after = self._clock(), self._settings.node_lost_after_s
+        overdue = [
+            a
+            for a in self._hosts.assignments(host)
+            if a.assignment_id not in listed and not a.ended and a.placed_s is not None and now - a.placed_s > after
+        ]
+        if not overdue:
+            return
+        moved = self._store.rank_watch(host, listed, after, f"agent:{host}")
+        for job_id in moved:
+            log.warning("job %s: a rank on %s is gone (watchdog)", job_id, host)
+        if moved:
+            self._hosts.invalidate()
             self._wake()
 
     # -- launch commands ---------------------------------------------------------------------------------------

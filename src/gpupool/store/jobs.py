@@ -260,6 +260,7 @@ class JobsMixin(StoreBase):
                         gpu_memory_mib=t.gpu_memory_mib,
                         cpu_millicores=t.cpu_millicores,
                         memory_mib=t.memory_mib,
+                        placed_s=now,
                     )
                 )
                 milli_by_model[nodes[t.host].gpu_model] += t.milli_gpu * len(t.gpus)

@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -101,6 +102,14 @@ class AllocationRow(Base):
     gpu_memory_mib: Mapped[int] = mapped_column(Integer, default=0)
     cpu_millicores: Mapped[int] = mapped_column(Integer, default=0)
     memory_mib: Mapped[int] = mapped_column(Integer, default=0)
+    # The rank's lifecycle as its agent reported it (migration 0004), written by whichever replica got the
+    # report: the gang's transitions are decided from these, never from one process's memory. NULL: not yet.
+    placed_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    launched_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    started_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    exited_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)  # negative: killed by that signal
+    lost: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())  # its agent lost it
 
 
 class NodeRow(Base):

@@ -102,6 +102,12 @@ class Assignment:
     host: str
     gpus: tuple[int, ...]
     state: JobState
+    # The rank's stored lifecycle (``store.ranks``): when placed, and whether its agent reported it launched,
+    # started, ended (exited or lost). The gateway skips storing what is already stored from these.
+    placed_s: float | None = None
+    launched: bool = False
+    started: bool = False
+    ended: bool = False
 
 
 def assignment_id(job_id: str, assignment: int, rank: int) -> str:
@@ -398,6 +404,10 @@ class ServerOps:
                         a.host,
                         tuple(int(g) for g in gpus),
                         JobState(state),
+                        a.placed_s,
+                        a.launched_s is not None,
+                        a.started_s is not None,
+                        a.exited_s is not None,
                     )
                 )
         return out
@@ -416,6 +426,10 @@ class ServerOps:
                 r.host,
                 tuple(loads(r.gpus, f"allocation of job {job_id}")),
                 JobState(state),
+                r.placed_s,
+                r.launched_s is not None,
+                r.started_s is not None,
+                r.exited_s is not None,
             )
             for r in sorted(rows, key=lambda r: r.task_index)
         ]

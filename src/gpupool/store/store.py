@@ -14,14 +14,15 @@ from gpupool.domain.errors import InputError
 from gpupool.domain.jobs import MILLI_PER_GPU
 from gpupool.domain.states import JobState
 from gpupool.store.admin import AdminMixin, node_record, stored_fabric
-from gpupool.store.jobs import JobsMixin, allocation_from_rows, job_record
+from gpupool.store.jobs import allocation_from_rows, job_record
+from gpupool.store.ranks import RanksMixin
 from gpupool.store.records import LoadedState, UsageTotal
 from gpupool.store.rows import AllocationRow, FabricRow, JobRow, NodeRow, UsageIntervalRow
 
 _LIVE = (JobState.PENDING.value, JobState.PLACED.value, JobState.RUNNING.value)
 
 
-class Store(JobsMixin, AdminMixin):
+class Store(RanksMixin, AdminMixin):
     """The durable store. ``Store("sqlite:///data/gpupool.db")`` or ``Store("postgresql+psycopg://...")``.
 
     Call ``migrate()`` once at start-up. Every method is safe to call from several threads at once.

@@ -1,0 +1,197 @@
+"""Each rank's lifecycle, stored with its allocation, and the gang transitions decided from it.
+
+An agent reports a rank (one assignment id: job, allocation number, rank) as running, exited with a code, or
+lost. Whichever replica receives the report stores it and, in the same short transaction, moves the job as
+the ranks of its CURRENT allocation now say: placed -> running when every rank started, finished when every
+rank exited 0, failed when one exited otherwise or was lost. The job row is locked first (``FOR UPDATE`` on
+PostgreSQL; SQLite's one writer already serialises), so two replicas storing the last two exits of one gang
+at once cannot each miss the other's and leave it running. Nothing lives in a process's memory: a restart,
+a failover, or heartbeats spread over replicas change nothing.
+
+The watchdog half (``rank_watch``) judges a node's beat against its stored ranks: a rank placed long ago that
+its agent still does not run was never launched (the job is requeued), a rank its agent ran but no longer
+lists without ever reporting its end was lost by it (the job fails).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpupool.domain.states import JobState
+from gpupool.store.base import StoreBase
+from gpupool.store.jobs import HOLDING, JobsMixin, job_record
+from gpupool.store.rows import AllocationRow, JobRow
+
+
+@dataclass(frozen=True, slots=True)
+class RankReport:
+    """One rank's state as its agent reported it (``state``: running, exited or lost)."""
+
+    job_id: str
+    allocation: int
+    rank: int
+    host: str
+    state: str
+    exit_code: int | None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RankOutcome:
+    """What storing a report did: ``stored`` False for a rank no live allocation has (stale: nothing to keep,
+    the agent may stop repeating it); ``changed`` when a rank column or the job's state moved."""
+
+    stored: bool
+    changed: bool
+    state: JobState | None
+
+
+def parse_assignment_id(aid: str) -> tuple[str, int, int] | None:
+    """``job.allocation.rank`` -> its three parts (a job id may contain dots), or None if malformed."""
+    parts = aid.rsplit(".", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return parts[0], int(parts[1]), int(parts[2])
+
+
+def _verdict(rows: Sequence[AllocationRow]) -> tuple[JobState | None, str]:
+    """The state the ranks of one allocation call for (None: nothing decided yet), and why."""
+    if not rows:
+        return None, ""
+    for r in rows:
+        if r.lost:
+            return JobState.FAILED, f"rank {r.task_index} on {r.host} was lost by its agent"
+        if r.exited_s is not None and r.exit_code != 0:
+            return JobState.FAILED, f"rank {r.task_index} on {r.host} exited with {r.exit_code}"
+    if all(r.exited_s is not None for r in rows):
+        return JobState.FINISHED, "every rank exited 0"
+    if all(r.started_s is not None for r in rows):
+        return JobState.RUNNING, "every rank started"
+    return None, ""
+
+
+class RanksMixin(JobsMixin, StoreBase):
+    def record_rank(self, report: RankReport, actor: str) -> RankOutcome:
+        """Store ``report`` on its rank's row and move the job as its current allocation's ranks now say."""
+        with self._tx(write=True) as s:
+            lock = select(JobRow).where(JobRow.id == report.job_id)
+            job = s.scalar(lock.with_for_update() if self._postgres else lock)
+            if job is None or job_record(job).state not in HOLDING:
+                return RankOutcome(False, False, None if job is None else JobState(job.state))
+            rows = sorted(
+                s.scalars(select(AllocationRow).where(AllocationRow.job_id == report.job_id)),
+                key=lambda r: r.task_index,
+            )
+            row = next((r for r in rows if (r.assignment, r.task_index) == (report.allocation, report.rank)), None)
+            if row is None or row.host != report.host:
+                return RankOutcome(False, False, JobState(job.state))  # an earlier allocation's rank
+            now = self._clock()
+            changed = self._note(row, report, now)
+            if report.reason and report.state == "exited" and report.exit_code != 0:
+                why_extra = f": {report.reason}"
+            else:
+                why_extra = ""
+            moved = self._decide(s, job, rows, why_extra, actor, now)  # every time: a repeat may complete it
+            return RankOutcome(True, changed or moved, JobState(job.state))
+
+    @staticmethod
+    def _note(row: AllocationRow, report: RankReport, now: float) -> bool:
+        if row.exited_s is not None or row.lost:
+            return False  # an end is final: a repeat (or a late "running") changes nothing
+        before = (row.launched_s, row.started_s)
+        row.launched_s = row.launched_s or now
+        if report.state in ("running", "exited"):
+            row.started_s = row.started_s or now
+        if report.state == "exited":
+            row.exited_s, row.exit_code = now, report.exit_code
+            return True
+        if report.state == "lost":
+            row.exited_s, row.lost = now, True
+            return True
+        return (row.launched_s, row.started_s) != before
+
+    def _decide(
+        self, s: Session, job: JobRow, rows: Sequence[AllocationRow], extra: str, actor: str, now: float
+    ) -> bool:
+        current = JobState(job.state)
+        verdict, why = _verdict(rows)
+        if verdict is None or verdict is current:
+            return False
+        why += extra if verdict is JobState.FAILED else ""
+        # Placed -> finished passes through running (every rank did start); placed -> failed is its own edge.
+        steps = [JobState.RUNNING, verdict] if (current, verdict) == (JobState.PLACED, JobState.FINISHED) else [verdict]
+        s.flush()  # the rank columns before the job's guarded update
+        for step in steps:
+            self._move(s, job, step, "every rank started" if step is JobState.RUNNING else why, actor, now)
+        return True
+
+    def _move(self, s: Session, job: JobRow, new: JobState, reason: str, actor: str, now: float) -> None:
+        current = JobState(job.state)
+        self._guard(s, job.id, job.version, new)
+        self._bump(s, job, new, "", reason, now)
+        if new not in HOLDING:
+            self._free(s, job.id, now)
+        self._audit(
+            s,
+            actor,
+            f"job.{new.value}",
+            f"job/{job.id}",
+            {"from": current.value, "to": new.value, "reason": reason},
+            now,
+        )
+
+    # -- the watchdog ------------------------------------------------------------------------------------------
+    def rank_watch(self, host: str, running: Collection[str], launch_after_s: float, actor: str) -> list[str]:
+        """Judge ``host``'s beat (``running``: the assignment ids its agent runs or just reported) against its
+        stored live ranks. A rank placed over ``launch_after_s`` ago that the agent never ran: its job goes
+        back to the queue. A rank it ran (launched that long ago) but no longer lists, with no end reported:
+        lost, the job fails. Returns the jobs moved."""
+        now = self._clock()
+        moved: list[str] = []
+        with self._tx(write=False) as s:
+            q = (
+                select(AllocationRow.job_id, AllocationRow.assignment, AllocationRow.task_index)
+                .join(JobRow, JobRow.id == AllocationRow.job_id)
+                .where(
+                    AllocationRow.host == host,
+                    JobRow.state.in_([st.value for st in HOLDING]),
+                    AllocationRow.exited_s.is_(None),
+                )
+            )
+            candidates = [
+                (j, a, r, placed, launched)
+                for j, a, r, placed, launched in s.execute(
+                    q.add_columns(AllocationRow.placed_s, AllocationRow.launched_s)
+                )
+                if f"{j}.{a}.{r}" not in running
+            ]
+        for job_id, alloc, rank, placed, launched in candidates:
+            if launched is not None and now - launched > launch_after_s:
+                out = self.record_rank(RankReport(job_id, alloc, rank, host, "lost", None), actor)
+                if out.changed:
+                    moved.append(job_id)
+            elif placed is not None and now - placed > launch_after_s:
+                why = f"rank {rank} was never launched on {host} ({now - placed:.0f} s after its placement)"
+                if self._requeue(job_id, alloc, rank, why, actor):
+                    moved.append(job_id)
+        return moved
+
+    def _requeue(self, job_id: str, alloc: int, rank: int, why: str, actor: str) -> bool:
+        """Requeue ``job_id`` if (job, alloc, rank) is still its live, never launched rank: one transaction."""
+        with self._tx(write=True) as s:
+            lock = select(JobRow).where(JobRow.id == job_id)
+            job = s.scalar(lock.with_for_update() if self._postgres else lock)
+            row = s.get(AllocationRow, (job_id, alloc, rank))
+            if job is None or JobState(job.state) not in HOLDING or row is None or row.launched_s is not None:
+                return False
+            now, before = self._clock(), job.state
+            self._guard(s, job_id, job.version, JobState.PENDING)
+            self._bump(s, job, JobState.PENDING, "rank_not_launched", why, now)
+            self._free(s, job_id, now)
+            data = {"from": before, "to": JobState.PENDING.value, "reason": why}
+            self._audit(s, actor, "job.pending", f"job/{job_id}", data, now)
+            return True
