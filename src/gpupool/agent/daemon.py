@@ -38,6 +38,7 @@ from gpupool.agent.emulated import EmulatedNode
 from gpupool.agent.gpu import FileGpuProbe, GpuProbe
 from gpupool.agent.health import NodeHealth, assess_node
 from gpupool.agent.ib import PortRates, SysfsIbProbe
+from gpupool.agent.isolation import Isolation, default_work_root
 from gpupool.agent.nvml import NvmlGpuProbe, NvmlUnavailableError
 from gpupool.agent.push import CommandPoller, PollOutcome, PollRequest
 from gpupool.agent.reporter import (
@@ -96,6 +97,7 @@ class AgentSettings:
     exit_grace_s: float = 2.0
     thresholds: HealthRules = field(default_factory=HealthRules)
     labels: Mapping[str, str] = field(default_factory=dict)  # registered with the node (--label, a labels file)
+    isolation: Isolation = field(default_factory=Isolation)  # who workloads run as, and how they are held
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +211,8 @@ class Agent:
         self.log = log
         env = os.environ if base_env is None else base_env
         self._base_env = {k: env[k] for k in settings.inherit_env if k in env}
-        self.runtime = WorkloadRuntime(settings.state_dir / "workloads")
+        self.runtime = WorkloadRuntime(settings.state_dir / "workloads", cgroups=settings.isolation.cgroups)
+        self.work_root = settings.isolation.work_root or default_work_root(settings.state_dir)
         self.backoff = Backoff(settings.backoff, settings.seed)
         self.stats = AgentStats()
         self.node_token: str | None = None
@@ -441,7 +444,9 @@ class Agent:
         env = {**self._base_env, **cmd.env, "GPUPOOL_ASSIGNMENT_ID": aid}
         try:
             check_command(cmd.argv, env)  # the API checked it too; a node does not rely on that
-            h = self.runtime.launch(aid, cmd.argv, env, cwd=self.runtime.state_dir / aid)
+            gpus = self.sources.gpus.inventory() if self.sources.gpus is not None else ()
+            env, confine = self.settings.isolation.plan(cmd, env, gpus, self.work_root)
+            h = self.runtime.launch(aid, cmd.argv, env, confine=confine)
         except Exception as e:  # whatever a tenant sent, the job fails with a reason and the agent stays up
             why = _launch_failure(cmd.argv, e)
             self.log(f"{aid}: not started: {why}")

@@ -28,6 +28,7 @@ class GpuInventory:
     pci_bus_id: str  # as the source spells it ("00000000:18:00.0")
     mig_mode: bool | None  # None: no MIG on this GPU
     nvlink_peers: tuple[str, ...] = ()  # pci_key of the far end of each active NVLink (NVSwitch ports too)
+    minor_number: int | None = None  # N of its /dev/nvidiaN; None: unknown (the node's device rule assumes index)
 
 
 class GpuProbe(Protocol):
@@ -72,7 +73,9 @@ class FileGpuProbe:
     def inventory(self) -> tuple[GpuInventory, ...]:
         if self._inventory is None:
             self._inventory = tuple(
-                GpuInventory(i, g.product_name, g.memory_total_mib, g.uuid, g.pci_bus_id, g.mig_mode)
+                GpuInventory(
+                    i, g.product_name, g.memory_total_mib, g.uuid, g.pci_bus_id, g.mig_mode, minor_number=g.minor_number
+                )
                 for i, g in enumerate(self._report().gpus)
             )
         return self._inventory

@@ -90,6 +90,7 @@ class NvmlGpuProbe:
                         pci_bus_id=_text(n.nvmlDeviceGetPciInfo(h).busId),
                         mig_mode=None if mig is None else mig[0] == n.NVML_DEVICE_MIG_ENABLE,
                         nvlink_peers=self._nvlink_peers(h),
+                        minor_number=self._opt(n.nvmlDeviceGetMinorNumber, h),
                     )
                 )
             self._inventory = tuple(out)

@@ -1,30 +1,46 @@
-"""Workload runtime: run a task's argv as its own process group, log it, stop it, and survive agent restarts.
+"""Workload runtime: start a task's argv confined as asked, log it, stop it, and survive agent restarts.
 
-Each assignment gets ``state_dir/<assignment_id>/`` with ``launch.json`` (argv, pid, the process's start
-time from ``/proc/<pid>/stat``), ``stdout.log``, ``stderr.log`` and, once known, ``exit.json``. A new
-``WorkloadRuntime`` on the same directory reads them back: a pid whose start time still matches is our
-child (reattached), anything else is reported lost; a pid number reused by another process is not ours.
-Never through a shell: argv is a list and is executed as given.
+Each assignment gets ``state_dir/<assignment_id>/`` (mode 0700: the agent's, never the workload's) with
+``launch.json`` (argv, pid, the process's start time from ``/proc/<pid>/stat``, its cgroup and working
+directory), ``stdout.log``, ``stderr.log`` and, once known, ``exit.json``. A new ``WorkloadRuntime`` on the
+same directory reads them back: a pid whose start time still matches is our child (reattached), anything
+else is reported lost; a pid number reused by another process is not ours.
+
+A ``Confinement`` says how a workload is held: as which user (``RunAs``), in a working directory of its own
+(``<work_root>/<assignment_id>``, mode 0700, owned by that user, removed when the rank is over), in a cgroup
+with ``Limits`` (when the runtime has a cgroup backend). Every workload starts through the launcher
+(``agent/launcher.py``), which joins the cgroup, drops privileges and execs; never through a shell: argv is
+a list and is executed as given. With a cgroup, stopping signals every process in it and SIGKILL goes
+through the cgroup, so nothing a workload forked (or ``setsid``-ed away) survives its stop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from gpupool.agent.cgroups import CgroupBackend, JobCgroup, Limits, cgroup_from_record
+from gpupool.agent.identity import RunAs
 from gpupool.domain.errors import InputError, ParseError
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _POLL_S = 0.01
+LAUNCHER = Path(__file__).with_name("launcher.py")
+LAUNCH_TIMEOUT_S = 30.0  # from fork to exec; a launcher stuck longer is killed and the launch fails
+_STEPS = {"cgroup": "joining its cgroup", "user": "becoming its user", "chdir": "entering its working directory"}
 
 
 class WorkloadState(StrEnum):
@@ -34,12 +50,26 @@ class WorkloadState(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Confinement:
+    """How one workload is held. The defaults hold nothing: the agent's user, its cwd, no cgroup."""
+
+    run_as: RunAs | None = None
+    work_root: Path | None = None  # its working directory is <work_root>/<assignment_id>
+    limits: Limits | None = None  # None: no cgroup of its own
+    umask: int | None = None
+    no_new_privs: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadHandle:
     assignment_id: str
     pid: int
     start_ticks: int  # field 22 of /proc/<pid>/stat: with the pid, identifies this process
     stdout_path: Path
     stderr_path: Path
+    workdir: Path | None = None
+    cgroup: JobCgroup | None = None
+    memory_mib: int = 0  # its limit, for the reason when the kernel kills it over it
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +77,7 @@ class WorkloadStatus:
     assignment_id: str
     state: WorkloadState
     exit_code: int | None = None
+    reason: str = ""
 
 
 def process_start_ticks(pid: int) -> tuple[int, str] | None:
@@ -66,15 +97,26 @@ def _write_json(path: Path, data: Mapping[str, object]) -> None:
     os.replace(tmp, path)
 
 
+def _private_dir(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)  # mkdir's mode is masked by the umask, and an existing directory keeps its own
+
+
 class WorkloadRuntime:
     """The agent's children. Not thread-safe: one agent loop owns it."""
 
-    def __init__(self, state_dir: str | Path) -> None:
+    def __init__(
+        self, state_dir: str | Path, cgroups: CgroupBackend | None = None, python: str = sys.executable
+    ) -> None:
         self.state_dir = Path(state_dir)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        _private_dir(self.state_dir)
+        self.cgroups = cgroups
+        self.python = python
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._handles: dict[str, WorkloadHandle] = {}
         self._status: dict[str, WorkloadStatus] = {}
+        self._stopping: set[str] = set()  # asked to stop: its processes get their grace period
+        self._cleaned: set[str] = set()  # over, and its cgroup and working directory are gone
         for d in sorted(p for p in self.state_dir.iterdir() if (p / "launch.json").is_file()):
             self._recover(d)
 
@@ -87,8 +129,18 @@ class WorkloadRuntime:
         aid = d.name
         try:
             meta = json.loads((d / "launch.json").read_text(encoding="utf-8"))
-            h = WorkloadHandle(aid, int(meta["pid"]), int(meta["start_ticks"]), d / "stdout.log", d / "stderr.log")
-        except (ValueError, KeyError, TypeError) as e:
+            cg = meta.get("cgroup")
+            h = WorkloadHandle(
+                aid,
+                int(meta["pid"]),
+                int(meta["start_ticks"]),
+                d / "stdout.log",
+                d / "stderr.log",
+                Path(meta["workdir"]) if meta.get("workdir") else None,
+                cgroup_from_record(cg) if cg else None,
+                int(meta.get("memory_mib", 0)),
+            )
+        except (ValueError, KeyError, TypeError, InputError) as e:
             raise ParseError(f"not a launch record: {e}", source=str(d / "launch.json"), line=1) from e
         self._handles[aid] = h
         if (d / "exit.json").is_file():
@@ -97,7 +149,7 @@ class WorkloadRuntime:
                 state, code = WorkloadState(ex["state"]), ex.get("exit_code")
             except (ValueError, KeyError, TypeError) as e:
                 raise ParseError(f"not an exit record: {e}", source=str(d / "exit.json"), line=1) from e
-            self._status[aid] = WorkloadStatus(aid, state, code)
+            self._status[aid] = WorkloadStatus(aid, state, code, str(ex.get("reason", "")))
         elif self._alive(h):
             self._status[aid] = WorkloadStatus(aid, WorkloadState.RUNNING)
         else:
@@ -110,39 +162,151 @@ class WorkloadRuntime:
         return now is not None and now[0] == h.start_ticks and now[1] != "Z"
 
     def _finish(self, aid: str, state: WorkloadState, code: int | None) -> None:
-        self._status[aid] = WorkloadStatus(aid, state, code)
+        h = self._handles[aid]
+        reason = ""
+        if h.cgroup is not None:
+            if h.cgroup.oom_killed():
+                reason = f"killed by the kernel: over its memory limit of {h.memory_mib} MiB"
+            if aid not in self._stopping:
+                # The leader is done, so the rank is: what it left running would hold its GPUs unseen.
+                h.cgroup.kill()
+        self._status[aid] = WorkloadStatus(aid, state, code, reason)
         self._children.pop(aid, None)
-        _write_json(self.state_dir / aid / "exit.json", {"state": state.value, "exit_code": code})
+        _write_json(self.state_dir / aid / "exit.json", {"state": state.value, "exit_code": code, "reason": reason})
+        self._cleanup(aid)
+
+    def _cleanup(self, aid: str) -> None:
+        """Once nothing of the rank runs: remove its cgroup and its working directory (scratch space)."""
+        h = self._handles[aid]
+        if h.cgroup is not None:
+            if h.cgroup.pids():
+                return
+            with contextlib.suppress(OSError):
+                h.cgroup.remove()
+        elif h.workdir is not None and self._group_alive(h.pid):
+            return
+        if h.workdir is not None:
+            shutil.rmtree(h.workdir, ignore_errors=True)  # never follows a symlink the workload left there
+        self._cleaned.add(aid)
+
+    def _workdir(self, aid: str, confine: Confinement) -> Path | None:
+        if confine.work_root is None:
+            return None
+        confine.work_root.mkdir(parents=True, exist_ok=True)
+        os.chmod(confine.work_root, 0o711)  # each job may enter its own directory, none may list the others
+        w = confine.work_root / aid
+        _private_dir(w)
+        if confine.run_as is not None:
+            os.chown(w, confine.run_as.uid, confine.run_as.gid)
+        return w
 
     def launch(
-        self, assignment_id: str, argv: Sequence[str], env: Mapping[str, str], cwd: str | Path | None = None
+        self,
+        assignment_id: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str | Path | None = None,
+        confine: Confinement | None = None,
     ) -> WorkloadHandle:
-        """Start ``argv`` with exactly ``env`` (the caller adds PATH and the rest); a known id starts nothing."""
+        """Start ``argv`` with exactly ``env`` (the caller adds PATH and the rest), held as ``confine`` says,
+        in ``cwd`` (default: its own working directory when ``confine`` gives one). A known id starts nothing.
+        Raises OSError when the workload could not be started (the launcher's reason), InputError for an
+        unsafe id or an empty argv."""
         d = self._dir(assignment_id)
         known = self._handles.get(assignment_id)
         if known is not None:
             return known
         if not argv:
             raise InputError("empty argv", source=assignment_id)
-        d.mkdir(parents=True, exist_ok=True)
-        with (d / "stdout.log").open("ab") as out, (d / "stderr.log").open("ab") as err:
-            child = subprocess.Popen(  # an argv list and no shell: nothing in it is interpreted
-                list(argv),
-                env=dict(env),
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                close_fds=True,
-            )
+        confine = confine or Confinement()
+        _private_dir(d)
+        workdir = self._workdir(assignment_id, confine)
+        cgroup = None
+        try:
+            if self.cgroups is not None and confine.limits is not None:
+                cgroup = self.cgroups.create(assignment_id, confine.limits)
+            child = self._spawn(d, argv, env, cwd or workdir, confine, cgroup)
+        except BaseException:
+            if cgroup is not None:
+                cgroup.kill(1.0)
+                with contextlib.suppress(OSError):
+                    cgroup.remove()
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
         stat = process_start_ticks(child.pid)
-        h = WorkloadHandle(assignment_id, child.pid, stat[0] if stat else -1, d / "stdout.log", d / "stderr.log")
-        _write_json(d / "launch.json", {"argv": list(argv), "pid": h.pid, "start_ticks": h.start_ticks})
+        mem = confine.limits.memory_mib if confine.limits is not None else 0
+        h = WorkloadHandle(
+            assignment_id, child.pid, stat[0] if stat else -1, d / "stdout.log", d / "stderr.log", workdir, cgroup, mem
+        )
+        record = {
+            "argv": list(argv),
+            "pid": h.pid,
+            "start_ticks": h.start_ticks,
+            "workdir": str(workdir) if workdir else None,
+            "cgroup": cgroup.record() if cgroup else None,
+            "memory_mib": mem,
+        }
+        _write_json(d / "launch.json", record)
         self._children[assignment_id] = child
         self._handles[assignment_id] = h
         self._status[assignment_id] = WorkloadStatus(assignment_id, WorkloadState.RUNNING)
         return h
+
+    def _spawn(
+        self,
+        d: Path,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str | Path | None,
+        confine: Confinement,
+        cgroup: JobCgroup | None,
+    ) -> subprocess.Popen[bytes]:
+        """Fork the launcher, hand it the launch over a socket, and wait until it has exec'd (or says why not)."""
+        run_as = confine.run_as
+        spec = {
+            "argv": list(argv),
+            "env": dict(env),
+            "cwd": str(cwd) if cwd is not None else None,
+            "join": [str(p) for p in cgroup.join_files()] if cgroup else [],
+            "uid": run_as.uid if run_as else None,
+            "gid": run_as.gid if run_as else None,
+            "groups": list(run_as.groups) if run_as else [],
+            "umask": confine.umask,
+            "no_new_privs": confine.no_new_privs,
+        }
+        launcher = [self.python, "-I", "-S", "-X", "utf8", str(LAUNCHER)]
+        ours, theirs = socket.socketpair()
+        with ours, (d / "stdout.log").open("ab") as out, (d / "stderr.log").open("ab") as err:
+            try:
+                child = subprocess.Popen(  # an argv list and no shell; the tenant's env never reaches it
+                    [*(cgroup.wrap(launcher) if cgroup else launcher), str(theirs.fileno())],
+                    env={},
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=(theirs.fileno(),),
+                )
+            finally:
+                theirs.close()
+            ours.settimeout(LAUNCH_TIMEOUT_S)
+            try:
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it died: its reply says why
+                    ours.sendall(json.dumps(spec).encode())
+                    ours.shutdown(socket.SHUT_WR)
+                reply = b"".join(iter(lambda: ours.recv(1 << 16), b""))
+            except TimeoutError:
+                child.kill()
+                child.wait()
+                raise OSError(errno.ETIMEDOUT, f"the launcher did not exec within {LAUNCH_TIMEOUT_S:g} s") from None
+        if reply:
+            child.wait()
+            why = json.loads(reply)
+            step = _STEPS.get(why.get("step", ""), "")
+            raise OSError(why.get("errno", 0), f"{step}: {why['message']}" if step else why["message"])
+        return child
 
     def handle(self, assignment_id: str) -> WorkloadHandle | None:
         return self._handles.get(assignment_id)
@@ -152,6 +316,8 @@ class WorkloadRuntime:
         if st is None:
             raise InputError(f"no assignment {aid!r} in {self.state_dir}", source=aid)
         if st.state is not WorkloadState.RUNNING:
+            if aid not in self._cleaned:
+                self._cleanup(aid)
             return st
         child = self._children.get(aid)
         if child is not None:
@@ -183,46 +349,54 @@ class WorkloadRuntime:
                 return True
         return False
 
+    def _any_alive(self, aid: str) -> bool:
+        h = self._handles[aid]
+        return bool(h.cgroup.pids()) if h.cgroup is not None else self._group_alive(h.pid)
+
     def _wait(self, aid: str, deadline: float) -> bool:
-        """Poll until the assignment's whole process group is gone or ``deadline`` (monotonic) passes."""
-        pgid = self._handles[aid].pid  # start_new_session: the leader's pid is the group id
+        """Poll until every process of the assignment is gone or ``deadline`` (monotonic) passes."""
         while True:
             leader_done = self._check(aid).state is not WorkloadState.RUNNING
-            if leader_done and not self._group_alive(pgid):
+            if leader_done and not self._any_alive(aid):
                 return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(_POLL_S)
 
     def stop(self, assignment_id: str, grace_s: float) -> WorkloadStatus:
-        """SIGTERM to the group, SIGKILL to what is left after ``grace_s``; returns the final status."""
-        st = self._check(assignment_id)
-        pgid = self._handles[assignment_id].pid
-        # A lost assignment's pid may belong to someone else by now: only a group we know is ours is signalled.
-        if st.state is not WorkloadState.LOST and self._group_alive(pgid):
-            self._signal(pgid, signal.SIGTERM)
-            if not self._wait(assignment_id, time.monotonic() + grace_s):
-                self._signal(pgid, signal.SIGKILL)
-                self._wait(assignment_id, time.monotonic() + 5.0)
+        """SIGTERM to all of it, SIGKILL to what is left after ``grace_s``; returns the final status."""
+        if self.send_signal(assignment_id, signal.SIGTERM) and not self._wait(
+            assignment_id, time.monotonic() + grace_s
+        ):
+            self.send_signal(assignment_id, signal.SIGKILL)
+            self._wait(assignment_id, time.monotonic() + 5.0)
         return self._check(assignment_id)
 
     def group_alive(self, assignment_id: str) -> bool:
-        """Whether any process of the assignment's group still runs (a lost assignment's group is not ours)."""
-        if self._check(assignment_id).state is WorkloadState.LOST:
+        """Whether any process of the assignment still runs (a lost assignment's group is not ours, unless
+        its cgroup says who is in)."""
+        if self._check(assignment_id).state is WorkloadState.LOST and self._handles[assignment_id].cgroup is None:
             return False
-        return self._group_alive(self._handles[assignment_id].pid)
+        return self._any_alive(assignment_id)
 
     def send_signal(self, assignment_id: str, sig: signal.Signals) -> bool:
-        """Signal the assignment's whole group without waiting; False when nothing of ours is left to signal.
+        """Signal the assignment without waiting; False when nothing of ours is left to signal.
 
+        SIGTERM and SIGKILL reach every process of its cgroup (its process group without one); other
+        signals (SIGUSR1, the checkpoint request) go to its process group, as the workload arranged it.
         For callers that cannot block for a grace period (the agent loop keeps beating meanwhile): SIGTERM
         now, then ``send_signal(.., SIGKILL)`` once their own deadline passes while ``group_alive`` holds.
         """
         if not self.group_alive(assignment_id):
             return False
-        self._signal(self._handles[assignment_id].pid, sig)
+        h = self._handles[assignment_id]
+        if sig in (signal.SIGTERM, signal.SIGKILL):
+            self._stopping.add(assignment_id)
+        if h.cgroup is not None and sig is signal.SIGKILL:
+            h.cgroup.kill()
+        elif h.cgroup is not None and sig is signal.SIGTERM:
+            h.cgroup.signal_all(sig)
+        else:
+            with contextlib.suppress(ProcessLookupError):  # already gone: nothing to stop
+                os.killpg(h.pid, sig)  # start_new_session: the leader's pid is the group id
         return True
-
-    def _signal(self, pgid: int, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):  # already gone: nothing to stop
-            os.killpg(pgid, sig)

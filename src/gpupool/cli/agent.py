@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import stat
+import sys
 import threading
 import zlib
 from pathlib import Path
@@ -11,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from gpupool.agent.cgroups import CgroupBackend, detect
 from gpupool.agent.daemon import (
     Agent,
     AgentSettings,
@@ -18,6 +22,8 @@ from gpupool.agent.daemon import (
     emulated_sources,
     hardware_sources,
 )
+from gpupool.agent.identity import DEFAULT_PREFIX, UserMap, load_user_map
+from gpupool.agent.isolation import DEFAULT_PIDS_MAX, Isolation, default_work_root, describe
 from gpupool.agent.logserver import LogServer
 from gpupool.agent.reporter import ServerClient
 from gpupool.domain.errors import InputError
@@ -30,8 +36,17 @@ def agent(
         typer.Option("--server", envvar="GPUPOOL_SERVER", help="Server URL, e.g. https://gpupool.example:8765."),
     ],
     join_token: Annotated[
-        str, typer.Option("--join-token", envvar="GPUPOOL_JOIN_TOKEN", help="Join token (or $GPUPOOL_JOIN_TOKEN).")
-    ],
+        str | None,
+        typer.Option(
+            "--join-token",
+            envvar="GPUPOOL_JOIN_TOKEN",
+            help="Join token; prefer $GPUPOOL_JOIN_TOKEN or --join-token-file (a token on the command line is"
+            " moved to the environment at once: the agent execs itself without it).",
+        ),
+    ] = None,
+    join_token_file: Annotated[
+        Path | None, typer.Option("--join-token-file", help="Read the join token from this file (mode 0600).")
+    ] = None,
     ca_bundle: Annotated[
         Path | None,
         typer.Option("--ca-bundle", envvar="GPUPOOL_CA_BUNDLE", help="PEM CA file that signed an https server's."),
@@ -64,12 +79,60 @@ def agent(
     labels_file: Annotated[
         Path | None, typer.Option("--labels-file", help="Node labels, one key=value per line (# comments).")
     ] = None,
+    isolation: Annotated[
+        str,
+        typer.Option(
+            "--isolation",
+            help="auto (on when root), on, off: run each job as its tenant's Unix user (off: as the agent's).",
+        ),
+    ] = "auto",
+    work_dir: Annotated[
+        Path | None, typer.Option("--work-dir", help="Jobs' working directories (default: STATE_DIR-work beside it).")
+    ] = None,
+    user_map: Annotated[
+        Path | None, typer.Option("--user-map", help='TOML file of tenant = "unix-user" lines.')
+    ] = None,
+    user_prefix: Annotated[
+        str, typer.Option("--user-prefix", help="Unmapped tenants run as PREFIX<tenant> (see docs/security.md).")
+    ] = DEFAULT_PREFIX,
+    create_users: Annotated[
+        bool | None,
+        typer.Option(
+            "--create-users/--no-create-users",
+            help="Create a missing tenant user (useradd --system); default: only with --emulate.",
+        ),
+    ] = None,
+    cgroups: Annotated[
+        str, typer.Option("--cgroups", help="auto, v1, v2, systemd or none: how each job gets its own cgroup.")
+    ] = "auto",
+    cgroup_parent: Annotated[
+        str,
+        typer.Option("--cgroup-parent", help="Jobs' parent cgroup: relative to the agent's own, or absolute."),
+    ] = "gpupool",
+    dev_dir: Annotated[Path, typer.Option("--dev-dir", help="Where the GPU device nodes are.")] = Path("/dev"),
+    pids_max: Annotated[
+        int, typer.Option("--pids-max", help="Processes and threads one job may have (0: no limit).")
+    ] = DEFAULT_PIDS_MAX,
 ) -> None:
     """Run the node agent: register with the server, report telemetry and health, run what it places here."""
+    _token_off_the_command_line()
+    token = _join_token(join_token, join_token_file)
     name = host or default_host()
     if interval <= 0:
         raise InputError(f"must be positive, not {interval}", source="--interval")
     labels = node_labels(label or [], labels_file)
+    hold = _isolation(
+        isolation,
+        work_dir or default_work_root(state_dir),
+        UserMap(
+            load_user_map(user_map) if user_map is not None else {},
+            user_prefix,
+            create=emulate if create_users is None else create_users,
+        ),
+        detect(cgroups, parent=cgroup_parent),
+        dev_dir,
+        pids_max,
+    )
     if emulate:
         if fabric is None:
             raise InputError("--emulate needs --fabric FABRIC.json", source="--emulate")
@@ -78,7 +141,7 @@ def agent(
         sources = hardware_sources(sysfs_root, smi_xml, kernel_log, log=lambda m: typer.echo(m, err=True))
     settings = AgentSettings(
         server_url=server,
-        join_token=join_token,
+        join_token=token,
         host=name,
         state_dir=state_dir,
         interval_s=interval,
@@ -86,8 +149,11 @@ def agent(
         seed=seed if seed is not None else zlib.crc32(name.encode()),
         stop_workloads_on_exit=stop_on_exit,
         labels=labels,
+        isolation=hold,
     )
     (state_dir / "workloads").mkdir(parents=True, exist_ok=True)
+    state_dir.chmod(0o700)  # records, logs and the emulated node: the agent's alone
+    typer.echo(describe(hold, state_dir), err=True)
     stop = threading.Event()
 
     def on_signal(_sig: int, _frame: FrameType | None) -> None:
@@ -117,3 +183,70 @@ def node_labels(words: list[str], path: Path | None) -> dict[str, str]:
     if removed:
         raise InputError(f"{removed[0]}-: an agent sets labels, it does not remove them", source="--label")
     return {**labels, **sets}
+
+
+def _token_off_the_command_line() -> None:
+    """Exec this same command again with the join token moved from argv to the environment.
+
+    Any local user can read a process's command line (/proc/PID/cmdline); only the process's own user and
+    root can read its environment. The token is on the command line only for the moment before this exec.
+    """
+    argv = list(sys.orig_argv)
+    rest: list[str] = []
+    token: str | None = None
+    i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "--join-token" and i + 1 < len(argv):
+            token, i = argv[i + 1], i + 2
+            continue
+        if a.startswith("--join-token="):
+            token = a.split("=", 1)[1]
+        else:
+            rest.append(a)
+        i += 1
+    if token is not None:
+        os.execve(sys.executable, [argv[0], *rest], {**os.environ, "GPUPOOL_JOIN_TOKEN": token})
+
+
+def _join_token(token: str | None, path: Path | None) -> str:
+    if (token is None) == (path is None):
+        raise InputError(
+            "give the join token once: $GPUPOOL_JOIN_TOKEN, --join-token-file or --join-token", source="--join-token"
+        )
+    if path is not None:
+        try:
+            token = path.read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise InputError(f"cannot read: {e.strerror}", source=str(path)) from e
+    assert token is not None
+    if not token:
+        raise InputError("the join token is empty", source=str(path or "--join-token"))
+    return token
+
+
+def _isolation(
+    mode: str,
+    work_dir: Path,
+    users: UserMap,
+    cgroups: CgroupBackend | None,
+    dev_dir: Path,
+    pids_max: int,
+) -> Isolation:
+    root = os.geteuid() == 0
+    if mode not in ("auto", "on", "off"):
+        raise InputError(f"{mode!r}: auto, on or off", source="--isolation")
+    on = root if mode == "auto" else mode == "on"
+    if on and not root:
+        raise InputError("running jobs as their tenants' users needs the agent to run as root", source="--isolation")
+    if pids_max < 0:
+        raise InputError(f"must be >= 0, not {pids_max}", source="--pids-max")
+    if on:
+        closed = [p for p in work_dir.absolute().parents if p.is_dir() and not p.stat().st_mode & stat.S_IXOTH]
+        if closed:
+            raise InputError(
+                f"{closed[0]} is not searchable by other users, so jobs could not enter their working directories"
+                " under it: choose another --work-dir",
+                source="--work-dir",
+            )
+    return Isolation(users if on else None, work_dir, cgroups, dev_dir, pids_max)

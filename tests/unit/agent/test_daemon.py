@@ -277,7 +277,10 @@ def test_launches_once_with_env_reports_and_stops_with_sigterm(
     until(lambda: "ready" in log_text(r, "a1"))
     server.queue(cmd, cmd)  # the server repeating itself must not start a second copy
     child_env = json.loads(out.read_text())
-    assert {k: child_env[k] for k in env} == env
+    # The agent names the GPUs by UUID (the server's indices could be renumbered), in PCI bus order.
+    uuids = [server.registrations[0].gpus[i].uuid for i in (2, 3)]
+    assert {k: child_env[k] for k in env} == {**env, "CUDA_VISIBLE_DEVICES": ",".join(uuids)}
+    assert child_env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID" and all(u.startswith("GPU-") for u in uuids)
     assert child_env["GPUPOOL_ASSIGNMENT_ID"] == "a1" and child_env["PATH"] == os.environ["PATH"]
     # The emulated node shows the workload on its GPUs: the next beats carry the load.
     until(lambda: [g.utilization_pct for g in server.heartbeats[-1].gpus][2:4] == [95.0, 95.0])

@@ -125,6 +125,7 @@ def _fake_nvml(*, ecc_on: bool = True, xids: list[int] | None = None) -> Any:
         nvmlDeviceGetPciInfo=lambda h: SimpleNamespace(busId=buses[h]),
         nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=85520809984, used=1024 * 1024 * 1000),
         nvmlDeviceGetMigMode=lambda h: (0, 0),
+        nvmlDeviceGetMinorNumber=lambda h: 7 - h,  # /dev/nvidia7 is GPU 0: minors need not follow the index
         nvmlDeviceGetNvLinkState=nvlink_state,
         nvmlDeviceGetNvLinkRemotePciInfo=lambda h, link: SimpleNamespace(busId=f"00000000:{0xA0 + link:02X}:00.0"),
         nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=93, memory=41),
@@ -153,6 +154,7 @@ def test_nvml_probe_converts_units_and_reads_nvlink_peers() -> None:
         False,
         ("0000:a0:00", "0000:a1:00"),
     )
+    assert [g.minor_number for g in inv] == [7, 6]  # the agent's device rule opens /dev/nvidia<minor>
     t0, t1 = p.telemetry()
     assert (t0.power_draw_w, t0.power_limit_w, t0.memory_used_mib, t0.gpu_util_pct) == (612.345, 700.0, 1000, 93.0)
     assert (t0.temperature_c, t0.performance_state, t0.ecc_volatile_uncorrected) == (64.0, "P0", 0)
