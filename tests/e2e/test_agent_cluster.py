@@ -1,5 +1,9 @@
 """End to end: the real server process and four real ``gpupool agent`` processes (emulated DGX H100 nodes of
-a one-SU SuperPOD) on loopback; workloads are real child processes that write what they were given to files.
+a one-SU SuperPOD) on loopback; workloads are real child processes that print what they were given.
+
+Run as root the agents isolate as a real node does (each job as its tenant's user, in its own cgroup): the
+jobs run a Python any user may execute and print to their logs, which the test reads in the agents' state
+directories; their working directories sit in a directory others may enter (``--work-dir``).
 
 Short heartbeats (0.2 s) and a short lost-timeout (3 s) keep it quick; every wait polls with a deadline.
 """
@@ -9,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +31,8 @@ from gpupool.agent.runtime import process_start_ticks
 from gpupool.fabric import jsonio
 from gpupool.fabric.export.nccl import nccl_ib_hca
 from gpupool.fabric.generators import superpod
+from gpupool.fabric.parsers.nvidia_smi import parse_query_xml
+from isolation_support import python_for_others
 
 PY = sys.executable
 ADMIN = "e2e-admin"
@@ -64,8 +72,8 @@ class Cluster:
         self.fabric_path = root / "fabric.json"
         jsonio.save(self.fabric, self.fabric_path)
         (root / "data").mkdir()
-        self.out = root / "out"
-        self.out.mkdir()
+        self.work = Path(tempfile.mkdtemp(prefix="gpupool-e2e-work-"))  # jobs' users may enter it, not list it
+        self.work.chmod(0o711)
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         env = dict(
@@ -100,13 +108,20 @@ class Cluster:
     def start_agent(self, host: str) -> None:
         argv = [PY, "-m", "gpupool", "agent", "--server", self.url, "--join-token", self.join, "--host", host]
         argv += ["--state-dir", str(self.root / host), "--emulate", "--fabric", str(self.fabric_path)]
+        argv += ["--work-dir", str(self.work / host)]
         self.agents[host] = subprocess.Popen([*argv, "--stop-workloads-on-exit"], stderr=subprocess.DEVNULL)
 
     def nodes(self) -> dict[str, dict[str, Any]]:
         return {n["name"]: n for n in self.http.get("/v1/nodes").json()["nodes"]}
 
     def submit(self, code: str, tasks: int, gpus: int, **kw: Any) -> str:
-        body = {"command": [PY, "-c", code], "tasks": tasks, "gpus_per_task": gpus, "tenant": "acme", **kw}
+        body = {
+            "command": [python_for_others(), "-c", code],
+            "tasks": tasks,
+            "gpus_per_task": gpus,
+            "tenant": "acme",
+            **kw,
+        }
         r = self.http.post("/v1/jobs", json=body)
         assert r.status_code == 201, r.text
         return str(r.json()["job"]["id"])
@@ -138,6 +153,7 @@ class Cluster:
         except subprocess.TimeoutExpired:
             self.server.kill()
         self.http.close()
+        shutil.rmtree(self.work, ignore_errors=True)
 
 
 @pytest.fixture
@@ -152,25 +168,22 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         c.close()
 
 
-def env_writer(out: Path, then: str = "time.sleep(120)") -> str:
-    """A workload that records its env and working directory (the agent's, so: its host), then ``then``."""
-    return (
-        "import json, os, signal, sys, time\n"
-        f"path = {str(out)!r} + '/' + os.environ['GPUPOOL_ASSIGNMENT_ID'] + '.json'\n"
-        # written beside and renamed into place, so the test never reads a half-written file
-        "json.dump({'env': dict(os.environ), 'cwd': os.getcwd()}, open(path + '.tmp', 'w'))\n"
-        "os.replace(path + '.tmp', path)\n"
-        f"{then}\n"
-    )
+def env_writer(then: str = "time.sleep(120)") -> str:
+    """A workload that prints its env as one JSON line to its log, then ``then``."""
+    return f"import json, os, signal, sys, time\nprint(json.dumps({{'env': dict(os.environ)}}), flush=True)\n{then}\n"
 
 
 def ranks_of(c: Cluster, job_id: str) -> dict[str, dict[str, Any]]:
+    """Assignment id -> what its workload printed, with the host whose agent ran it (<state>/<host>/workloads/)."""
     out = {}
-    for f in c.out.glob("*.json"):
-        rec = json.loads(f.read_text())
-        if rec["env"]["GPUPOOL_JOB_ID"] == job_id:
-            rec["host"] = Path(rec["cwd"]).parents[1].name  # <state>/<host>/workloads/<assignment>
-            out[f.stem] = rec
+    for host in HOSTS:
+        for log in (c.root / host / "workloads").glob("*/stdout.log"):
+            line = log.read_text().partition("\n")
+            if not line[1]:
+                continue  # not printed yet, or only half
+            rec = json.loads(line[0])
+            if rec["env"]["GPUPOOL_JOB_ID"] == job_id:
+                out[log.parent.name] = {**rec, "host": host}
     return out
 
 
@@ -180,7 +193,7 @@ def ranks_when(c: Cluster, job_id: str, n: int) -> dict[str, dict[str, Any]] | N
 
 
 def start_gang(c: Cluster) -> tuple[str, dict[str, dict[str, Any]]]:
-    job = c.submit(env_writer(c.out), tasks=2, gpus=8)
+    job = c.submit(env_writer(), tasks=2, gpus=8)
     until(lambda: c.job(job)["state"] == "running", 30, "gang running")
     return job, until(lambda: ranks_when(c, job, 2), 20, "both ranks wrote their env")
 
@@ -196,7 +209,11 @@ def test_gang_starts_on_two_hosts_with_ranks_and_rail_hcas(cluster: Cluster) -> 
     hosts = [r["host"] for r in ranks]
     assert len(set(hosts)) == 2  # one rank per 8-GPU host
     for r in ranks:
-        gpus = [int(g) for g in r["env"]["CUDA_VISIBLE_DEVICES"].split(",")]
+        # The GPUs by UUID, in PCI bus order: the index of each in the node's nvidia-smi listing.
+        smi = parse_query_xml((c.root / r["host"] / "node" / "nvidia-smi-q.xml").read_text())
+        uuids = [g.uuid for g in smi.gpus]
+        gpus = [uuids.index(u) for u in r["env"]["CUDA_VISIBLE_DEVICES"].split(",")]
+        assert r["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
         assert gpus == list(range(8)) and r["env"]["LOCAL_RANK"] == "0"
         # Each rank's NCCL_IB_HCA names exactly its GPUs' rail HCAs, as the emulated node names them.
         assert r["env"]["NCCL_IB_HCA"] == nccl_ib_hca(c.fabric, r["host"], gpus)
@@ -240,7 +257,7 @@ def test_an_xid_planted_in_the_kernel_log_drains_that_gpu(cluster: Cluster) -> N
     until(lambda: c.nodes()[host]["gpus"][3]["health"] == "bad", 15, "GPU 3 graded bad")
     assert [g["health"] for g in c.nodes()[host]["gpus"]].count("bad") == 1
     # Drained: an 8-GPU task no longer fits on that node, whatever else is free.
-    jobs = [c.submit(env_writer(c.out), tasks=1, gpus=8) for _ in range(4)]
+    jobs = [c.submit(env_writer(), tasks=1, gpus=8) for _ in range(4)]
     until(lambda: sum(c.job(j)["state"] == "running" for j in jobs) == 3, 30, "three 8-GPU jobs running")
     # "running" comes when the agent has launched the process; its env file follows a moment later.
     running = [j for j in jobs if c.job(j)["state"] == "running"]

@@ -16,7 +16,6 @@ which is what a service with ``Delegate=yes`` may do; an absolute ``parent`` put
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import signal
@@ -95,7 +94,7 @@ class JobCgroup(Protocol):
         ...
 
     def remove(self) -> None:
-        """Delete it once empty (a cgroup with processes left stays, and says so by raising OSError)."""
+        """Delete it once empty (one with processes left, or just killed ones, stays: OSError EBUSY)."""
         ...
 
     def record(self) -> dict[str, object]:
@@ -147,19 +146,11 @@ def _signal_all(pids: set[int], sig: signal.Signals) -> int:
     return n
 
 
-def _rmdir(path: Path, timeout_s: float = 2.0) -> None:
-    """rmdir a cgroup; the kernel may still hold a just-killed task for a moment (EBUSY)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            path.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            if e.errno != errno.EBUSY or time.monotonic() >= deadline:
-                raise
-            time.sleep(_POLL_S)
+def _rmdir(path: Path) -> None:
+    """rmdir a cgroup, once: the kernel may hold a just-killed task for a moment (EBUSY); the caller comes
+    back later rather than wait here."""
+    with contextlib.suppress(FileNotFoundError):
+        path.rmdir()
 
 
 def own_cgroups(text: str | None = None) -> tuple[dict[str, str], str | None]:

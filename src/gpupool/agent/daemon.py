@@ -395,7 +395,7 @@ class Agent:
         )
 
     def workload_statuses(self) -> dict[str, wire.WorkloadStatus]:
-        out = {a: self._status(a, _STATES[s.state], s.exit_code) for a, s in self.runtime.poll().items()}
+        out = {a: self._status(a, _STATES[s.state], s.exit_code, s.reason) for a, s in self.runtime.poll().items()}
         for aid, meta in self._meta.items():
             if meta.launch_error and aid not in out:
                 # never started: as a shell says "not found", with the reason for the job's failure

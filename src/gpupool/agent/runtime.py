@@ -39,6 +39,7 @@ from gpupool.domain.errors import InputError, ParseError
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _POLL_S = 0.01
 LAUNCHER = Path(__file__).with_name("launcher.py")
+_KILL_WAIT_S = 1.0  # the agent loop waits this long for SIGKILLed processes to go, then looks again later
 LAUNCH_TIMEOUT_S = 30.0  # from fork to exec; a launcher stuck longer is killed and the launch fails
 _STEPS = {"cgroup": "joining its cgroup", "user": "becoming its user", "chdir": "entering its working directory"}
 
@@ -164,12 +165,8 @@ class WorkloadRuntime:
     def _finish(self, aid: str, state: WorkloadState, code: int | None) -> None:
         h = self._handles[aid]
         reason = ""
-        if h.cgroup is not None:
-            if h.cgroup.oom_killed():
-                reason = f"killed by the kernel: over its memory limit of {h.memory_mib} MiB"
-            if aid not in self._stopping:
-                # The leader is done, so the rank is: what it left running would hold its GPUs unseen.
-                h.cgroup.kill()
+        if h.cgroup is not None and h.cgroup.oom_killed():
+            reason = f"killed by the kernel: over its memory limit of {h.memory_mib} MiB"
         self._status[aid] = WorkloadStatus(aid, state, code, reason)
         self._children.pop(aid, None)
         _write_json(self.state_dir / aid / "exit.json", {"state": state.value, "exit_code": code, "reason": reason})
@@ -180,9 +177,15 @@ class WorkloadRuntime:
         h = self._handles[aid]
         if h.cgroup is not None:
             if h.cgroup.pids():
-                return
-            with contextlib.suppress(OSError):
+                if aid in self._stopping:
+                    return  # its processes have their grace period; the stop's SIGKILL comes after it
+                # The leader is done, so the rank is: what it left running would hold its GPUs unseen.
+                if not h.cgroup.kill(_KILL_WAIT_S):
+                    return
+            try:
                 h.cgroup.remove()
+            except OSError:
+                return  # just-killed tasks not yet released: the next poll removes it
         elif h.workdir is not None and self._group_alive(h.pid):
             return
         if h.workdir is not None:
@@ -228,7 +231,7 @@ class WorkloadRuntime:
             child = self._spawn(d, argv, env, cwd or workdir, confine, cgroup)
         except BaseException:
             if cgroup is not None:
-                cgroup.kill(1.0)
+                cgroup.kill(_KILL_WAIT_S)
                 with contextlib.suppress(OSError):
                     cgroup.remove()
             if workdir is not None:
@@ -393,7 +396,7 @@ class WorkloadRuntime:
         if sig in (signal.SIGTERM, signal.SIGKILL):
             self._stopping.add(assignment_id)
         if h.cgroup is not None and sig is signal.SIGKILL:
-            h.cgroup.kill()
+            h.cgroup.kill(_KILL_WAIT_S)
         elif h.cgroup is not None and sig is signal.SIGTERM:
             h.cgroup.signal_all(sig)
         else:

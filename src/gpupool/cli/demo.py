@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,14 +33,13 @@ from gpupool.fabric.model import Domain
 
 
 def _task(seconds: float, what: str) -> list[str]:
-    code = (
-        "import os, time\n"
-        f"print({what!r}, 'rank', os.environ.get('RANK'), 'of', os.environ.get('WORLD_SIZE'), "
-        "'on GPUs', os.environ.get('CUDA_VISIBLE_DEVICES'), 'HCAs', os.environ.get('NCCL_IB_HCA'), flush=True)\n"
-        f"time.sleep({seconds})\n"
-        "print('done', flush=True)\n"
+    # /bin/sh, not this Python: run as root the agents run each job as its tenant's user, who may not be
+    # allowed into the directory this interpreter lives in (a virtual environment under /root, say).
+    script = (
+        f'echo "{what} rank $RANK of $WORLD_SIZE on GPUs $CUDA_VISIBLE_DEVICES HCAs $NCCL_IB_HCA"; '
+        f"sleep {seconds:g}; echo done"
     )
-    return [sys.executable, "-c", code]
+    return ["/bin/sh", "-c", script]
 
 
 def _wave(now: float) -> list[dict[str, Any]]:
@@ -94,6 +94,9 @@ def demo(
                GPUPOOL_HOST="127.0.0.1", GPUPOOL_LOG_LEVEL="warning", GPUPOOL_HEARTBEAT_INTERVAL_S=str(interval),
                GPUPOOL_NODE_LOST_AFTER_S=str(max(10.0, 10 * interval)), GPUPOOL_STOP_GRACE_S="2")  # fmt: skip
     procs: list[subprocess.Popen[bytes]] = []
+    # The jobs' working directories: a directory their users may enter (the state may sit in a private one).
+    work = Path(tempfile.mkdtemp(prefix="gpupool-demo-work-"))
+    work.chmod(0o711)
     stopping = [False]
 
     def on_signal(_sig: int, _frame: object) -> None:
@@ -124,14 +127,15 @@ def demo(
         join = http.post("/v1/join-tokens", json={}).json()["token"]
         token = http.post("/v1/tokens", json={"tenant": "vision"}).json()["token"]
         for h in chosen:
-            argv = [sys.executable, "-m", "gpupool", "agent", "--server", url, "--join-token", join, "--host", h,
-                    "--state-dir", str(root / "agents" / h), "--emulate", "--fabric", str(fabric_path),
-                    "--interval", str(interval), "--stop-workloads-on-exit"]  # fmt: skip
+            argv = [sys.executable, "-m", "gpupool", "agent", "--server", url, "--host", h,
+                    "--state-dir", str(root / "agents" / h), "--work-dir", str(work / h), "--emulate",
+                    "--fabric", str(fabric_path), "--interval", str(interval), "--stop-workloads-on-exit"]  # fmt: skip
             log = (root / "agents").joinpath(f"{h}.log")
             log.parent.mkdir(exist_ok=True)
             procs.append(
-                subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
-            )
+                subprocess.Popen(argv, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+                                 env={**os.environ, "GPUPOOL_JOIN_TOKEN": join})  # not in argv: others may read it
+            )  # fmt: skip
         (root / "pids.json").write_text(json.dumps([p.pid for p in procs]))
         typer.echo(f"gpupool demo: {len(chosen)} emulated DGX H100 hosts ({8 * len(chosen)} GPUs) of a 2-SU SuperPOD")
         typer.echo(f"  API        {url}/docs   (admin token {admin})")
@@ -161,6 +165,7 @@ def demo(
         with contextlib.suppress(httpx.HTTPError, ValueError):
             summary = _counts(http)
         _cleanup(procs, root)
+        shutil.rmtree(work, ignore_errors=True)
         http.close()
         server_log.close()
         typer.echo(f"submitted {submitted} jobs; {summary}; every process stopped")
