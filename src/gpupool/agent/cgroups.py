@@ -422,7 +422,7 @@ def systemd_run_argv(systemd_run: str, unit: str, slice_name: str, limits: Limit
     """The ``systemd-run`` prefix that starts a command in a new scope ``unit`` with ``limits``."""
     argv = [systemd_run, "--scope", "--quiet", "--collect", f"--unit={unit}", f"--slice={slice_name}"]
     if limits.memory_mib > 0:
-        argv += ["-p", f"MemoryMax={limits.memory_mib * _MIB}", "-p", "MemorySwapMax=0", "-p", "OOMPolicy=kill"]
+        argv += ["-p", f"MemoryMax={limits.memory_mib * _MIB}", "-p", "MemorySwapMax=0"]
     if limits.cpu_millicores > 0:
         argv += ["-p", f"CPUQuota={limits.cpu_millicores / 10:g}%"]
     if limits.pids_max > 0:
