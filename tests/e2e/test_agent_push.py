@@ -21,19 +21,20 @@ AGENTS = ("dgx001", "dgx002")
 BEAT_S = 60.0  # no beat falls inside a test after the agents' first one
 
 
-def starter(out: Path, then: str = "time.sleep(120)") -> str:
-    return (
-        "import os, time\n"
-        f"open({str(out)!r} + '/' + os.environ['GPUPOOL_ASSIGNMENT_ID'] + '.starts', 'a').write(f'{{time.time()}}\\n')\n"
-        f"{then}\n"
-    )
+def starter(then: str = "time.sleep(120)") -> str:
+    """A workload that prints when it started (to its log: run as root, jobs run as their tenant's user, who
+    may not write into the test's directories), then ``then``."""
+    return f"import time\nprint(time.time(), flush=True)\n{then}\n"
 
 
 def starts(c: Cluster, job_id: str) -> dict[str, list[float]]:
-    """Assignment id -> the times its workload started, for every rank of ``job_id``."""
+    """Assignment id -> the times its workload started, for every rank of ``job_id`` (a log is appended to:
+    a second start of one assignment would add a line)."""
     return {
-        f.name.removesuffix(".starts"): [float(x) for x in f.read_text().split()]
-        for f in c.out.glob(f"{job_id}.*.starts")
+        log.parent.name: [float(x) for x in log.read_text().split()]
+        for h in AGENTS
+        for log in (c.root / h / "workloads").glob(f"{job_id}.*/stdout.log")
+        if log.read_text().endswith("\n")
     }
 
 
@@ -56,7 +57,7 @@ def slow_beats(tmp_path: Path) -> Iterator[Cluster]:
 
 def test_a_placement_and_a_cancel_reach_the_agent_without_a_heartbeat(slow_beats: Cluster) -> None:
     c = slow_beats
-    job = c.submit(starter(c.out), tasks=2, gpus=8)  # a gang: one rank on each agent
+    job = c.submit(starter(), tasks=2, gpus=8)  # a gang: one rank on each agent
     got = until(lambda: len(s := starts(c, job)) == 2 and s, 30, "both ranks started")
     placed = placed_at(c, job)
     # Within seconds of the placement on a loaded 2-core box; a heartbeat would have taken up to a minute.
@@ -75,7 +76,7 @@ def test_a_server_killed_under_open_polls_comes_back_and_what_it_placed_meanwhil
     """Invariant: each assignment starts exactly once across the server's death and restart; the agents
     reconnect by themselves, keep what runs, and launch what was placed while they were cut off."""
     c = slow_beats
-    before = c.submit(starter(c.out), tasks=1, gpus=1)
+    before = c.submit(starter(), tasks=1, gpus=1)
     until(lambda: starts(c, before), 30, "the first job started")
     until(lambda: c.job(before)["state"] == "running", 15, "running")
     # Freeze the agents with their polls open, then kill the server under them: the polls die unanswered.
@@ -85,7 +86,7 @@ def test_a_server_killed_under_open_polls_comes_back_and_what_it_placed_meanwhil
     c.server.wait(10)
     c.server = subprocess.Popen([PY, "-c", SERVER], env=c.env)
     until(c._healthy, 30, "server restarted")
-    after = c.submit(starter(c.out), tasks=1, gpus=1)
+    after = c.submit(starter(), tasks=1, gpus=1)
     until(lambda: c.job(after)["state"] == "placed", 30, "placed while the agents are away")
     for p in c.agents.values():
         p.send_signal(signal.SIGCONT)
