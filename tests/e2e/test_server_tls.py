@@ -12,13 +12,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -113,16 +111,12 @@ def test_https_server_agent_with_ca_bundle_and_json_logs_with_request_ids(
         jsonio.save(fabric, fabric_path)
         join = http.post("/v1/join-tokens", json={}).json()["token"]
         host = fabric.hosts[0].name
-        work = Path(tempfile.mkdtemp(prefix="gpupool-tls-work-"))
-        work.chmod(0o711)
         argv = [PY, "-m", "gpupool", "agent", "--server", url, "--ca-bundle", str(ca_file), "--host", host]
         argv += [
             "--join-token",
             join,
             "--state-dir",
             str(tmp_path / "agent"),
-            "--work-dir",  # run as root, jobs run as their tenants' users: not under root's private tmp_path
-            str(work / "jobs"),
             "--emulate",
             "--fabric",
             str(fabric_path),
@@ -133,7 +127,6 @@ def test_https_server_agent_with_ca_bundle_and_json_logs_with_request_ids(
         finally:
             agent.send_signal(signal.SIGTERM)
             agent.wait(timeout=15)
-            shutil.rmtree(work, ignore_errors=True)
 
     lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     access = [e for e in lines if e["logger"] == "uvicorn.access"]

@@ -35,8 +35,13 @@ RDMA_DIR = "infiniband"
 DEFAULT_PIDS_MAX = 16384  # threads count too: a data loader with many workers stays well under it
 
 
+# Where isolated jobs' working directories go unless --work-dir says: a system place every user can reach,
+# whatever private directory the agent's state is in.
+ISOLATED_WORK_ROOT = Path("/var/lib/gpupool/agent-work")
+
+
 def default_work_root(state_dir: Path) -> Path:
-    """Beside the state directory, never in it: ``/var/lib/gpupool/agent`` -> ``/var/lib/gpupool/agent-work``."""
+    """Without isolation: beside the state directory, never in it (``<state>`` -> ``<state>-work``)."""
     return state_dir.with_name(state_dir.name + "-work")
 
 

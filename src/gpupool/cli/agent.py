@@ -23,7 +23,13 @@ from gpupool.agent.daemon import (
     hardware_sources,
 )
 from gpupool.agent.identity import DEFAULT_PREFIX, UserMap, load_user_map
-from gpupool.agent.isolation import DEFAULT_PIDS_MAX, Isolation, default_work_root, describe
+from gpupool.agent.isolation import (
+    DEFAULT_PIDS_MAX,
+    ISOLATED_WORK_ROOT,
+    Isolation,
+    default_work_root,
+    describe,
+)
 from gpupool.agent.logserver import LogServer
 from gpupool.agent.reporter import ServerClient
 from gpupool.domain.errors import InputError
@@ -87,7 +93,11 @@ def agent(
         ),
     ] = "auto",
     work_dir: Annotated[
-        Path | None, typer.Option("--work-dir", help="Jobs' working directories (default: STATE_DIR-work beside it).")
+        Path | None,
+        typer.Option(
+            "--work-dir",
+            help="Jobs' working directories (default: /var/lib/gpupool/agent-work; STATE_DIR-work without isolation).",
+        ),
     ] = None,
     user_map: Annotated[
         Path | None, typer.Option("--user-map", help='TOML file of tenant = "unix-user" lines.')
@@ -123,7 +133,8 @@ def agent(
     labels = node_labels(label or [], labels_file)
     hold = _isolation(
         isolation,
-        work_dir or default_work_root(state_dir),
+        work_dir,
+        state_dir,
         UserMap(
             load_user_map(user_map) if user_map is not None else {},
             user_prefix,
@@ -227,7 +238,8 @@ def _join_token(token: str | None, path: Path | None) -> str:
 
 def _isolation(
     mode: str,
-    work_dir: Path,
+    work_dir: Path | None,
+    state_dir: Path,
     users: UserMap,
     cgroups: CgroupBackend | None,
     dev_dir: Path,
@@ -241,6 +253,8 @@ def _isolation(
         raise InputError("running jobs as their tenants' users needs the agent to run as root", source="--isolation")
     if pids_max < 0:
         raise InputError(f"must be >= 0, not {pids_max}", source="--pids-max")
+    if work_dir is None:
+        work_dir = ISOLATED_WORK_ROOT if on else default_work_root(state_dir)
     if on:
         closed = [p for p in work_dir.absolute().parents if p.is_dir() and not p.stat().st_mode & stat.S_IXOTH]
         if closed:
