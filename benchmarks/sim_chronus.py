@@ -18,18 +18,18 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from gpupool.scheduler.settings import SchedulerSettings
 from gpupool.sim.fabrics import uniform_fabric
 from gpupool.sim.runner import simulate
-from gpupool.sim.sharing import SharingOptions
 from gpupool.sim.traces import load_trace
 
 MIX1 = Path("/work/shared/traces/philly-chronus-deadline/trace_job_Philly_MIX1.csv")
 ARMS = {
-    "fifo": ("fifo", SharingOptions()),
-    "priority": ("priority", SharingOptions()),
-    "edf": ("edf", SharingOptions()),
-    "edf+admission": ("edf", SharingOptions(deadline_admission=True)),
-    "slack+admission": ("slack", SharingOptions(deadline_admission=True)),
+    "fifo": SchedulerSettings(policy="fifo"),
+    "priority": SchedulerSettings(policy="priority"),
+    "edf": SchedulerSettings(policy="edf"),
+    "edf+admission": SchedulerSettings(policy="edf", deadline_admission=True),
+    "slack+admission": SchedulerSettings(policy="slack", deadline_admission=True),
 }
 
 
@@ -44,8 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     trace = replace(full, jobs=tuple(j for j in full.jobs if j.submit_s < args.hours * 3600.0))
     fabric = uniform_fabric(args.gpus, 8)
     for arm in args.arms:
-        policy, opts = ARMS[arm]
-        m = simulate(trace, fabric, policy=policy, placement="topology", sharing=opts, know_durations=True).metrics
+        m = simulate(trace, fabric, ARMS[arm], know_durations=True).metrics
         print(json.dumps({
             "arm": arm, "gpus": fabric.gpu_count, "hours": args.hours, "jobs": m["jobs"], "finished": m["finished"],
             "strict_met_ratio": m["deadline_met_ratio_by_class"].get("strict"), "deadline_jobs": m["deadline_jobs"],

@@ -34,9 +34,9 @@ from gpupool.domain.calendar import parse_calendar
 from gpupool.domain.events import NodeLabelled
 from gpupool.domain.jobs import JobSpec, PriorityClass
 from gpupool.fabric.generators import superpod
-from gpupool.sim.engine import Engine, scheduler_config
+from gpupool.scheduler.settings import SchedulerSettings
+from gpupool.sim.engine import Engine
 from gpupool.sim.metrics import compute_metrics
-from gpupool.sim.sharing import SharingOptions, sharing_policy
 from gpupool.sim.traces import load_trace
 from gpupool.sim.traces.specs import to_job_spec
 from gpupool.sim.world import SimJob, WorldConfig
@@ -125,10 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     world = WorldConfig(min_cycle_interval_s=args.cycle)
     for arm in args.arms:
         text, lend = {"lending": (LENDING, True), "calendar": (LENDING, False), "static": (STATIC, False)}[arm]
-        opts = SharingOptions(preemption=True, calendar=parse_calendar(text, arm), lend_pools=lend, grace_s=args.grace)
+        settings = SchedulerSettings(seed=args.seed, lend_pools=lend, preemption_grace_s=args.grace)
         t0 = time.perf_counter()
-        engine = Engine(fabric, jobs, scheduler_config("priority", "topology", seed=args.seed), world,
-                        seed=args.seed, sharing=sharing_policy(opts, world),
+        engine = Engine(fabric, jobs, settings, world, seed=args.seed, calendar=parse_calendar(text, arm),
                         demand_headroom_gpus=args.headroom)  # fmt: skip
         # Replicas are pinned to the hosts inference owns by day (the calendar's prefix of the SU). Since
         # brief I4 the scheduler itself never reclaims a non-preemptible job nor lends it other pools' hosts,

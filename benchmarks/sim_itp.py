@@ -19,18 +19,17 @@ every ``--thresholds`` set of LAS queue limits in GPU-seconds (the scheduler's d
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from pathlib import Path
 
 from gpupool.scheduler import SchedulerConfig
 from gpupool.scheduler.gittins import GittinsConfig
-from gpupool.sim.engine import Engine, scheduler_config
+from gpupool.scheduler.settings import SchedulerSettings
+from gpupool.sim.engine import Engine
 from gpupool.sim.fabrics import uniform_fabric
 from gpupool.sim.metrics import compute_metrics
 from gpupool.sim.runner import sim_jobs
-from gpupool.sim.sharing import SharingOptions, sharing_policy
 from gpupool.sim.traces import load_trace
 from gpupool.sim.world import WorldConfig
 
@@ -84,12 +83,17 @@ def main(argv: list[str] | None = None) -> int:
             max_samples=args.gittins_window,
             cohort_window_s=cohort or 0.0,
         )
-        cfg = dataclasses.replace(
-            scheduler_config(policy, args.placement, seed=0), las_thresholds_gpu_s=thresholds, gittins=gittins
+        settings = SchedulerSettings(
+            policy=policy,
+            placer=args.placement,
+            las_thresholds_gpu_s=thresholds,
+            gittins=gittins,
+            preemption=preemption,
+            preemption_by_service=by_service,
+            max_lost_s=lost,
         )
-        opts = SharingOptions(preemption=preemption, by_service=by_service, max_lost_s=lost)
         t0, c0 = time.perf_counter(), time.process_time()
-        result = Engine(fabric, jobs, cfg, world, sharing=sharing_policy(opts, world)).run()
+        result = Engine(fabric, jobs, settings, world).run()
         m = compute_metrics(result, inference_slo_wait_s=world.inference_slo_wait_s)
         knobs = (
             {

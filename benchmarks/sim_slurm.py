@@ -45,11 +45,11 @@ from gpupool.domain.jobs import TopologyMode
 from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.generators import leaf_spine
 from gpupool.scheduler import BackfillMode
+from gpupool.scheduler.settings import SchedulerSettings
 from gpupool.sim.bounds import lower_bounds
-from gpupool.sim.engine import Engine, scheduler_config
+from gpupool.sim.engine import Engine
 from gpupool.sim.metrics import compute_metrics
 from gpupool.sim.runner import sim_jobs
-from gpupool.sim.sharing import SharingOptions, sharing_policy
 from gpupool.sim.traces.records import Trace, TraceJob
 from gpupool.sim.world import WorldConfig
 
@@ -129,9 +129,9 @@ def run_arm(trace: Trace, fabric: Fabric, arm: Arm, limits: dict[str, float]) ->
         for j in jobs
     ]
     world = WorldConfig()
-    opts = SharingOptions(backfill=arm.backfill, preemption=arm.by_service, by_service=arm.by_service)
-    sharing = sharing_policy(opts, world)
-    result = Engine(fabric, jobs, scheduler_config(arm.policy, arm.placer, seed=0), world, sharing=sharing).run()
+    settings = SchedulerSettings(policy=arm.policy, placer=arm.placer, backfill=arm.backfill, preemption=arm.by_service,
+                                 preemption_by_service=arm.by_service)  # fmt: skip
+    result = Engine(fabric, jobs, settings, world).run()
     m = compute_metrics(result, inference_slo_wait_s=world.inference_slo_wait_s)
     waits = [r.start_s - r.submit_s for r in result.records if r.start_s is not None]
     m["max_queue_s"] = round(max(waits), 3) if waits else None

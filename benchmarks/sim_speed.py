@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from gpupool.scheduler.settings import SchedulerSettings
 from gpupool.sim.fabrics import uniform_fabric
 from gpupool.sim.runner import simulate
 from gpupool.sim.traces.records import Trace, TraceJob
@@ -49,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     if prof:
         prof.enable()
     cpu0 = time.process_time()
-    out = simulate(trace, fabric, policy=args.policy, placement=args.placement, seed=args.seed)
+    out = simulate(
+        trace, fabric, SchedulerSettings(policy=args.policy, placer=args.placement, seed=args.seed), seed=args.seed
+    )
     cpu_s = round(time.process_time() - cpu0, 3)  # what one core spent: wall_s also counts waiting for a core
     if prof:
         prof.disable()

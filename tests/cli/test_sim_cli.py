@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.cli.sim import _sharing
+from gpupool.cli.sim import _settings
 from gpupool.domain.errors import InputError
 
 
@@ -135,7 +135,7 @@ def test_a_failure_trace_reaches_the_run_and_a_bad_line_exits_2(tmp_path: Path) 
 
 def test_an_unknown_backfill_mode_is_an_input_error() -> None:
     with pytest.raises(InputError, match="unknown backfill 'sometimes'; known: none, easy, conservative"):
-        _sharing(False, "sometimes", None, False)
+        _settings(None, {"backfill": "sometimes"})
 
 
 def test_gittins_with_preemption_by_service_and_las_thresholds(tmp_path: Path) -> None:
@@ -153,7 +153,8 @@ def test_gittins_with_preemption_by_service_and_las_thresholds(tmp_path: Path) -
     r = gpupool(*short, "--policy", "gittins", "--out", "p", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     report = (tmp_path / "p" / "report.md").read_text()
-    assert "- preemption_by_service: True" in report and "- max_lost_s: 60.0" in report
+    assert "- effective preemption_by_service: True" in report and "- effective max_lost_s: 60.0" in report
+    assert "- scheduler.policy: gittins" in report and "- preemptible_jobs: True" in report
     for bad in ("5000,500", "x", "-1"):
         r = gpupool(*base, "--policy", "las", "--las-thresholds", bad, "--out", "b", cwd=tmp_path)
         assert r.returncode == 2 and "--las-thresholds" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -14,7 +14,7 @@ import uvicorn
 from gpupool.domain.errors import InputError
 from gpupool.server.app import create_app
 from gpupool.server.logs import log_config
-from gpupool.server.settings import Settings, load_settings
+from gpupool.server.settings import Settings, load_settings, print_config
 
 SHUTDOWN_GRACE_S = 3  # seconds in-flight requests get to finish once the server is told to stop
 
@@ -35,6 +35,13 @@ def server(
     host: Annotated[str | None, typer.Option(help="listen address (GPUPOOL_HOST)")] = None,
     port: Annotated[int | None, typer.Option(help="listen port (GPUPOOL_PORT)")] = None,
     database_url: Annotated[str | None, typer.Option(help="database URL (GPUPOOL_DATABASE_URL)")] = None,
+    print_config_: Annotated[
+        bool,
+        typer.Option(
+            "--print-config",
+            help="Print the effective settings (file, GPUPOOL_* and these options; secrets hidden) as YAML, and exit.",
+        ),
+    ] = False,
 ) -> None:
     """Run the gpupool server: REST API, agent gateway and (when leader) the scheduling loop."""
     settings = load_settings(config)
@@ -43,6 +50,9 @@ def server(
     }
     if overrides:
         settings = replace(settings, **overrides)
+    if print_config_:
+        typer.echo(print_config(settings), nl=False)
+        return
     _check_tls(settings)
     # Configured here, before the app opens its store, so the migrations' lines are formatted too; uvicorn
     # then only sets its loggers' levels (log_config=None).

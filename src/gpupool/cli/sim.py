@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -12,20 +13,20 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from gpupool.domain.calendar import parse_calendar
+from gpupool.domain.calendar import Calendar, parse_calendar
 from gpupool.domain.errors import InputError
 from gpupool.scheduler import PLACERS, POLICIES, BackfillMode
+from gpupool.scheduler.settings import SchedulerSettings, problems, sharing_policy
+from gpupool.server.settings import load_settings, plain
 from gpupool.sim.failures import FailureEvent, parse_failures
 from gpupool.sim.pack import pack as run_pack
 from gpupool.sim.report import write_allocation_plot
 from gpupool.sim.runner import RunOutcome, cluster_fabric, compare_rows, simulate, write_outcome
-from gpupool.sim.sharing import SharingOptions
 from gpupool.sim.traces import load_trace
 from gpupool.sim.traces.openb import load_openb
 
 FORMATS = ("itp", "elasticflow", "philly", "chronus", "openb", "dlrm", "synthetic", "tiresias")
 LONG_RUN_JOBS = 5000  # show a progress bar from this many jobs on
-GITTINS_MAX_LOST_S = 60.0  # gittins with --preemption: preempt a victim within a minute of its checkpoint
 
 app = typer.Typer(help="Simulate the scheduler on real or synthetic GPU-cluster traces.", no_args_is_help=True)
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -36,28 +37,43 @@ FabricOpt = Annotated[Path | None, typer.Option("--fabric", help="Fabric JSON (g
 GpusOpt = Annotated[int | None, typer.Option("--gpus", help="Build a leaf/spine cluster of N GPUs instead.")]
 PerHostOpt = Annotated[int, typer.Option("--gpus-per-host", help="GPUs per host with --gpus.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every random draw.")]
+RunSeedOpt = Annotated[
+    int | None, typer.Option("--seed", help="Seed of every random draw (default: the settings' seed).")
+]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
 SkipOpt = Annotated[bool, typer.Option("--skip-bad-rows", help="Count and report bad rows instead of stopping.")]
-PreemptOpt = Annotated[
-    bool,
+ConfigOpt = Annotated[
+    Path | None,
     typer.Option(
-        "--preemption",
-        help="Let the scheduler preempt (preemptible jobs); with --policy gittins, by its index at checkpoints.",
+        "--config",
+        help="Settings file (the server's): its scheduler section configures the run; the flags below override it.",
+    ),
+]
+PolicyOpt = Annotated[str | None, typer.Option("--policy", help="Queue policy (default: the settings').")]
+PlacementOpt = Annotated[str | None, typer.Option("--placement", help="Placer (default: the settings').")]
+PreemptOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--preemption/--no-preemption",
+        help="Submit the trace's jobs (not inference services) preemptible and let the scheduler preempt; "
+        "with a preemptive policy (gittins), by its rank at checkpoints. --no-preemption turns preemption off.",
+        show_default=False,
     ),
 ]
 KnowOpt = Annotated[bool, typer.Option("--know-durations", help="Give the scheduler the trace durations.")]
 LimitOpt = Annotated[int | None, typer.Option("--limit", help="Read only the first N good rows.")]
-BackfillOpt = Annotated[str, typer.Option("--backfill", help="Backfill: none|easy|conservative.")]
+BackfillOpt = Annotated[str | None, typer.Option("--backfill", help="Backfill: none|easy|conservative.")]
 CalendarOpt = Annotated[Path | None, typer.Option("--calendar", help="Pool calendar TOML (pools lend idle hosts).")]
 FailuresOpt = Annotated[
     Path | None, typer.Option("--failures", help="Failure trace: time_s,kind(gpu|host|leaf),host[,gpu] per line.")
 ]
 ByServiceOpt = Annotated[
-    bool,
+    bool | None,
     typer.Option(
-        "--preemption-by-service",
+        "--preemption-by-service/--no-preemption-by-service",
         help="Tiresias: a job ranked before a running one (LAS queue; Gittins index with --policy gittins) "
         "preempts it (implies --preemption).",
+        show_default=False,
     ),
 ]
 MaxLostOpt = Annotated[
@@ -72,59 +88,66 @@ ThresholdsOpt = Annotated[
     ),
 ]
 DeadlineOpt = Annotated[
-    bool, typer.Option("--deadline-admission", help="Refuse deadline jobs that cannot finish in time.")
+    bool | None,
+    typer.Option(
+        "--deadline-admission/--no-deadline-admission",
+        help="Refuse deadline jobs that cannot finish in time.",
+        show_default=False,
+    ),
 ]
 
 
-def _sharing(
-    preemption: bool,
-    backfill: str,
-    calendar: Path | None,
-    deadline_admission: bool,
-    by_service: bool = False,
-    max_lost_s: float | None = None,
-    policy: str = "",
-) -> SharingOptions:
-    """The run's sharing options. ``gittins`` is a preemptive policy: with ``--preemption`` it preempts by its
-    index (``--preemption-by-service`` implied) and, unless ``--max-lost-s`` says otherwise, only victims that
-    checkpointed in the last 60 s, which the engine checks at every checkpoint."""
-    if policy in POLICIES and POLICIES[policy].preempts_by_service and preemption and not by_service:
-        by_service = True
-        max_lost_s = GITTINS_MAX_LOST_S if max_lost_s is None else max_lost_s
-    modes = {m.value: m for m in BackfillMode}
-    if backfill not in modes:
-        raise InputError(f"unknown backfill {backfill!r}; known: {', '.join(modes)}", source="--backfill")
-    cal = None
-    if calendar is not None:
-        try:
-            text = calendar.read_text()
-        except OSError as e:
-            raise InputError(f"cannot read the calendar: {e.strerror}", source=str(calendar)) from None
-        cal = parse_calendar(text, str(calendar))
-    if max_lost_s is not None and (max_lost_s < 0 or not by_service):
-        raise InputError("--max-lost-s needs --preemption-by-service and a value >= 0", source="--max-lost-s")
-    return SharingOptions(
-        preemption=preemption or by_service,
-        backfill=modes[backfill],
-        calendar=cal,
-        deadline_admission=deadline_admission,
-        by_service=by_service,
-        max_lost_s=max_lost_s,
-    )
+# Flags that override a setting of the scheduler section, and the setting each one sets.
+_FLAGS = {
+    "policy": "--policy",
+    "placer": "--placement",
+    "preemption": "--preemption",
+    "preemption_by_service": "--preemption-by-service",
+    "max_lost_s": "--max-lost-s",
+    "las_thresholds_gpu_s": "--las-thresholds",
+    "backfill": "--backfill",
+    "deadline_admission": "--deadline-admission",
+    "seed": "--seed",
+}
 
 
-def _thresholds(text: str | None) -> tuple[float, ...] | None:
-    if text is None:
+def _settings(config: Path | None, flags: dict[str, Any]) -> SchedulerSettings:
+    """The ``scheduler`` section of ``config`` (the server's settings file; the defaults without one), with
+    every flag that was given (not None) in its place. A bad value names its flag, or its setting and line."""
+    base = load_settings(config, env={}).scheduler if config is not None else SchedulerSettings()
+    given = {k: v for k, v in flags.items() if v is not None}
+    if "backfill" in given:
+        modes = {m.value: m for m in BackfillMode}
+        if given["backfill"] not in modes:
+            raise InputError(f"unknown backfill {given['backfill']!r}; known: {', '.join(modes)}", source="--backfill")
+        given["backfill"] = modes[given["backfill"]]
+    if "las_thresholds_gpu_s" in given:
+        given["las_thresholds_gpu_s"] = _thresholds(given["las_thresholds_gpu_s"])
+    if given.get("preemption_by_service"):
+        given["preemption"] = True  # by service implies preemption
+    settings = dataclasses.replace(base, **given)
+    for name, problem in problems(settings):
+        raise InputError(f"{name}: {problem}", source=_FLAGS.get(name, "") if name in given else str(config or ""))
+    return settings
+
+
+def _calendar(calendar: Path | None) -> Calendar | None:
+    if calendar is None:
         return None
     try:
-        got = tuple(float(x) for x in text.split(",") if x.strip())
+        text = calendar.read_text()
+    except OSError as e:
+        raise InputError(f"cannot read the calendar: {e.strerror}", source=str(calendar)) from None
+    return parse_calendar(text, str(calendar))
+
+
+def _thresholds(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise InputError(
             f"--las-thresholds wants numbers separated by commas, got {text!r}", source="--las-thresholds"
         ) from None
-    if any(not 0 < t < float("inf") for t in got) or list(got) != sorted(set(got)):
-        raise InputError("--las-thresholds must be positive and increasing", source="--las-thresholds")
-    return got
 
 
 def _check_names(policies: list[str], placements: list[str]) -> None:
@@ -149,25 +172,22 @@ def _failures(path: Path | None, fabric: Any) -> tuple[FailureEvent, ...]:
 def _simulate(
     trace_obj: Any,
     fabric: Any,
-    policy: str,
-    placement: str,
-    sharing: SharingOptions,
-    seed: int,
+    settings: SchedulerSettings,
+    preemptible: bool,
+    calendar: Calendar | None,
     know: bool,
     failures: tuple[FailureEvent, ...] = (),
-    thresholds: tuple[float, ...] | None = None,
 ) -> RunOutcome:
     def run(progress: Callable[[int, int], None] | None = None) -> RunOutcome:
         return simulate(
             trace_obj,
             fabric,
-            policy=policy,
-            placement=placement,
-            sharing=sharing,
-            seed=seed,
+            settings,
+            seed=settings.seed,
             know_durations=know,
+            preemptible=preemptible,
+            calendar=calendar,
             failures=failures,
-            las_thresholds_gpu_s=thresholds,
             progress=progress,
         )
 
@@ -176,46 +196,72 @@ def _simulate(
         return run()
     columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=_err, transient=True) as bar:
-        task = bar.add_task(f"{policy}/{placement}", total=n)
+        task = bar.add_task(f"{settings.policy}/{settings.placer}", total=n)
         return run(lambda done, total: bar.update(task, completed=done, total=total))
+
+
+def _described(settings: SchedulerSettings) -> dict[str, Any]:
+    """Every scheduler setting of a run as the report lists it (``scheduler.gittins.cohort_window_s: ...``),
+    and the preemption rules the settings come to (a preemptive policy implies preemption by service)."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, doc: dict[str, Any]) -> None:
+        for k, v in doc.items():
+            if isinstance(v, dict):
+                walk(f"{prefix}{k}.", v)
+            else:
+                out[f"{prefix}{k}"] = v
+
+    walk("scheduler.", plain(dataclasses.asdict(settings)))
+    pre = sharing_policy(settings).preemption
+    out["effective preemption_by_service"] = pre.enabled and pre.by_service
+    out["effective max_lost_s"] = pre.max_lost_s
+    return out
+
+
+def _preemptible(preemption: bool | None, by_service: bool | None) -> bool:
+    """Whether the trace's jobs are submitted preemptible: a trace does not say, so the flags do."""
+    return bool(preemption or by_service)
 
 
 @app.command("run")
 def run_cmd(
     trace: TraceOpt,
     format: FormatOpt,
-    policy: Annotated[str, typer.Option("--policy", help="Queue policy.")],
-    placement: Annotated[str, typer.Option("--placement", help="Placer.")],
     out: OutOpt,
+    config: ConfigOpt = None,
+    policy: PolicyOpt = None,
+    placement: PlacementOpt = None,
     fabric: FabricOpt = None,
     gpus: GpusOpt = None,
     gpus_per_host: PerHostOpt = 8,
-    preemption: PreemptOpt = False,
-    seed: SeedOpt = 0,
+    preemption: PreemptOpt = None,
+    seed: RunSeedOpt = None,
     skip_bad_rows: SkipOpt = False,
     know_durations: KnowOpt = False,
     limit: LimitOpt = None,
-    backfill: BackfillOpt = "none",
+    backfill: BackfillOpt = None,
     calendar: CalendarOpt = None,
-    deadline_admission: DeadlineOpt = False,
+    deadline_admission: DeadlineOpt = None,
     failures: FailuresOpt = None,
-    preemption_by_service: ByServiceOpt = False,
+    preemption_by_service: ByServiceOpt = None,
     max_lost_s: MaxLostOpt = None,
     las_thresholds: ThresholdsOpt = None,
 ) -> None:
     """Replay a trace: arrivals, runs, departures; writes metrics.json, jobs.csv, report.md and plots."""
-    _check_names([policy], [placement])
-    sharing = _sharing(preemption, backfill, calendar, deadline_admission, preemption_by_service, max_lost_s, policy)
+    flags = {"policy": policy, "placer": placement, "preemption": preemption, "seed": seed, "backfill": backfill,
+             "deadline_admission": deadline_admission, "preemption_by_service": preemption_by_service,
+             "max_lost_s": max_lost_s, "las_thresholds_gpu_s": las_thresholds}  # fmt: skip
+    settings = _settings(config, flags)
+    cal = _calendar(calendar)
+    preemptible = _preemptible(preemption, preemption_by_service)
     t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
     fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
-    limits = _thresholds(las_thresholds)
-    outcome = _simulate(t, fab, policy, placement, sharing, seed, know_durations, _failures(failures, fab), limits)
-    settings = {"trace": str(trace), "format": format, "fabric": fab.name, "gpus": fab.gpu_count, "policy": policy,
-                "placement": placement, "preemption": preemption, "backfill": backfill, "calendar": str(calendar or ""),
-                "deadline_admission": deadline_admission, "seed": seed, "know_durations": know_durations,
-                "preemption_by_service": sharing.by_service, "max_lost_s": sharing.max_lost_s,
-                "las_thresholds_gpu_s": list(limits) if limits is not None else None}  # fmt: skip
-    write_outcome(outcome, out, settings)
+    outcome = _simulate(t, fab, settings, preemptible, cal, know_durations, _failures(failures, fab))
+    described = {"trace": str(trace), "format": format, "fabric": fab.name, "gpus": fab.gpu_count,
+                 "config": str(config or ""), "calendar": str(calendar or ""), "know_durations": know_durations,
+                 "preemptible_jobs": preemptible, **_described(settings)}  # fmt: skip
+    write_outcome(outcome, out, described)
     if t.bad_rows:
         _err.print(
             f"skipped {len(t.bad_rows)} bad rows (first: {t.bad_rows[0].source}:{t.bad_rows[0].line}: {t.bad_rows[0].reason})"
@@ -234,19 +280,20 @@ def compare_cmd(
     policies: Annotated[str, typer.Option("--policies", help="Comma-separated queue policies.")],
     placements: Annotated[str, typer.Option("--placements", help="Comma-separated placers.")],
     out: OutOpt,
+    config: ConfigOpt = None,
     fabric: FabricOpt = None,
     gpus: GpusOpt = None,
     gpus_per_host: PerHostOpt = 8,
-    preemption: PreemptOpt = False,
-    seed: SeedOpt = 0,
+    preemption: PreemptOpt = None,
+    seed: RunSeedOpt = None,
     skip_bad_rows: SkipOpt = False,
     know_durations: KnowOpt = False,
     limit: LimitOpt = None,
-    backfill: BackfillOpt = "none",
+    backfill: BackfillOpt = None,
     calendar: CalendarOpt = None,
-    deadline_admission: DeadlineOpt = False,
+    deadline_admission: DeadlineOpt = None,
     failures: FailuresOpt = None,
-    preemption_by_service: ByServiceOpt = False,
+    preemption_by_service: ByServiceOpt = None,
     max_lost_s: MaxLostOpt = None,
     las_thresholds: ThresholdsOpt = None,
 ) -> None:
@@ -256,25 +303,23 @@ def compare_cmd(
     if not pols or not places:
         raise InputError("--policies and --placements need at least one name each", source="compare")
     _check_names(pols, places)
-    sharing = _sharing(preemption, backfill, calendar, deadline_admission, preemption_by_service, max_lost_s)
+    flags = {"preemption": preemption, "seed": seed, "backfill": backfill, "deadline_admission": deadline_admission,
+             "preemption_by_service": preemption_by_service, "max_lost_s": max_lost_s,
+             "las_thresholds_gpu_s": las_thresholds}  # fmt: skip
+    runs = [_settings(config, {**flags, "policy": p, "placer": q}) for p in pols for q in places]
+    cal = _calendar(calendar)
+    preemptible = _preemptible(preemption, preemption_by_service)
     t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
     fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
     fails = _failures(failures, fab)
-    limits = _thresholds(las_thresholds)
     outcomes = []
-    for p in pols:
-        for q in places:
-            o = _simulate(t, fab, p, q, sharing, seed, know_durations, fails, limits)
-            settings = {
-                "trace": str(trace),
-                "format": format,
-                "fabric": fab.name,
-                "policy": p,
-                "placement": q,
-                "seed": seed,
-            }
-            write_outcome(o, out / f"{p}-{q}", settings)
-            outcomes.append((p, q, o))
+    for settings in runs:
+        p, q = settings.policy, settings.placer
+        o = _simulate(t, fab, settings, preemptible, cal, know_durations, fails)
+        described = {"trace": str(trace), "format": format, "fabric": fab.name, "config": str(config or ""),
+                     "preemptible_jobs": preemptible, **_described(settings)}  # fmt: skip
+        write_outcome(o, out / f"{p}-{q}", described)
+        outcomes.append((p, q, o))
     rows = compare_rows(outcomes)
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(rows, indent=2) + "\n")

@@ -31,7 +31,6 @@ from gpupool.domain.errors import (
     TransitionError,
     UnknownNameError,
 )
-from gpupool.scheduler import SchedulerConfig
 from gpupool.schemas import agent as proto
 from gpupool.schemas import api
 from gpupool.server.auth import bearer
@@ -103,9 +102,8 @@ def create_app(
     *,
     clock: Callable[[], float] | None = None,
     run_loop: bool = True,
-    config: SchedulerConfig | None = None,
 ) -> FastAPI:
-    srv = build_server(settings, config=config) if clock is None else build_server(settings, clock=clock, config=config)
+    srv = build_server(settings) if clock is None else build_server(settings, clock=clock)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

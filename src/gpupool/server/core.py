@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpupool.domain.errors import ParseError
-from gpupool.scheduler import PLACERS, POLICIES, SchedulerConfig
+from gpupool.scheduler.settings import problems
 from gpupool.server.auth import Authenticator
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.gateway import AgentGateway
@@ -46,22 +46,11 @@ class Server:
         self.store.close()
 
 
-def scheduler_config(settings: Settings) -> SchedulerConfig:
-    """The scheduler's configuration from the settings; an unknown policy or placer names the setting."""
-    for name, value, known in (("policy", settings.policy, POLICIES), ("placer", settings.placer, PLACERS)):
-        if value not in known:
-            raise ParseError(f"setting {name!r}: {value!r} is not one of {', '.join(sorted(known))}", source="settings")
-    return SchedulerConfig(policy=settings.policy, placer=settings.placer)
-
-
-def build_server(
-    settings: Settings, *, clock: Callable[[], float] = time.time, config: SchedulerConfig | None = None
-) -> Server:
-    """Open and migrate the store and wire the parts; the loop is started by the app's lifespan.
-
-    ``config`` (tests) overrides the scheduler configuration built from the ``policy`` and ``placer`` settings."""
-    if config is None:
-        config = scheduler_config(settings)
+def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) -> Server:
+    """Open and migrate the store and wire the parts; the loop is started by the app's lifespan. Scheduler
+    settings the scheduler cannot use (an unknown policy) stop it before the store is opened."""
+    for name, problem in problems(settings.scheduler):
+        raise ParseError(f"setting 'scheduler.{name}': {problem}", source="settings")
     store = Store(settings.url, clock=clock)
     store.migrate()
     ops = ServerOps(store)
@@ -85,7 +74,6 @@ def build_server(
         metrics,
         signals,
         LeaderLock(settings.url),
-        config=config,
         clock=clock,
         seen=seen,
         hosts=hosts,

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpupool.cluster import ClusterState
-from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.errors import GpupoolError
 from gpupool.domain.events import (
     Event,
@@ -45,9 +44,11 @@ from gpupool.domain.events import (
 )
 from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec
 from gpupool.domain.states import JobState, NodeState
-from gpupool.scheduler import CycleInputs, SchedulerConfig, ScheduleRequest, SharingPolicy, get_policy, schedule
+from gpupool.scheduler import CycleInputs, ScheduleRequest, SharingPolicy
 from gpupool.scheduler.deadlines import Admission, admit
-from gpupool.scheduler.gittins import HistoryBuilder
+from gpupool.scheduler.driver import CycleDriver
+from gpupool.scheduler.settings import scheduler_config
+from gpupool.scheduler.types import Preemption, Signal, Waiting
 from gpupool.schemas.agent import SignalCommand
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.hostcache import HostCache
@@ -114,14 +115,12 @@ class SchedulingLoop:
         signals: SignalQueue,
         leader: LeaderLock,
         *,
-        config: SchedulerConfig | None = None,
         clock: Callable[[], float] = time.time,
         seen: LastSeen | None = None,
         hosts: HostCache | None = None,
     ) -> None:
         self._store, self._ops, self._fabrics = store, ops, fabrics
         self._settings, self._metrics, self._signals, self._leader = settings, metrics, signals, leader
-        self._config = config or SchedulerConfig()
         self._clock = clock
         self._seen = seen
         self._hosts = hosts  # the gateway's view of nodes and assignments: dropped whenever this loop writes
@@ -143,16 +142,14 @@ class SchedulingLoop:
         self._labels: dict[str, tuple[tuple[str, str], ...]] = {}  # labels the state holds, per host
         # Heartbeats' events (``server.live``), handed over by the gateway after their writes committed.
         self.live = LiveInbox(self.nudge)
-        self._sharing = SharingBuilder(store, settings)
-        # A policy that ranks by service (``gittins``) learns its distribution from completions
-        # (``CycleInputs.service_history``), as the simulator's engine does: each job the sync sees finish (not
-        # fail or be cancelled) while running adds its GPU-seconds (all its runs, as the state counts them) and
-        # submit time. Kept across rebuilds; a new leader starts empty.
-        uses_history = get_policy(self._config.policy).uses_service_history
-        self._history = HistoryBuilder(self._config.gittins) if uses_history else None
-        self._signalled: set[tuple[str, float]] = set()  # (job, preemption time) already asked to checkpoint
-        # The last cycle's immutable inputs, for /why's deadline admission from request threads.
-        self._view: tuple[ClusterSnapshot, tuple[JobSpec, ...], SharingPolicy, CycleInputs] | None = None
+        self._sharing = SharingBuilder(store, settings.scheduler)
+        # The cycle's skeleton, shared with the simulator's engine. A policy that ranks by service (``gittins``)
+        # learns its distribution from completions, as the engine does: each job the sync sees finish (not fail
+        # or be cancelled) while running adds its GPU-seconds (all its runs, as the state counts them). Kept
+        # across rebuilds; a new leader starts empty.
+        self._driver = CycleDriver(scheduler_config(settings.scheduler), settings.scheduler.usage_half_life_s)
+        # The last cycle's request (immutable), for /why's deadline admission from request threads.
+        self._view: ScheduleRequest | None = None
         # Jobs this process committed since the last sync (from the group-commit writer): their specs, so the
         # sync folds them in without reading each spec back (a hint: a job missing here is read as before).
         self._fresh_lock = threading.Lock()
@@ -245,48 +242,24 @@ class SchedulingLoop:
         self._requeue_bad(state, now)
         snap = state.snapshot()
         pending = tuple(j for j in snap.pending if self._db_state.get(j.job_id) is JobState.PENDING)
-        sharing = self._sharing.policy()
-        history = self._history.history() if self._history is not None else None
-        inputs = CycleInputs(usage_gpu_s=self._sharing.usage(snap, now), service_history=history)
-        self._view = (snap, pending, sharing, inputs)
-        result = schedule(ScheduleRequest(snap, pending, now, self._config, sharing, inputs))
-        placed = preempted = 0
-        for p in result.preemptions:
-            preempted += self._preempt(state, p.job_id, f"{p.reason.value}: {p.message}", now)
-        for alloc in result.placements:
-            placed += self._place(state, alloc, now)
-        signalled = set()
-        for sig in result.signals:
-            running = state.snapshot().running.get(sig.job_id)
-            if running is None:
-                continue
-            signalled.add((sig.job_id, sig.preempt_at_s))
-            if (sig.job_id, sig.preempt_at_s) in self._signalled:
-                continue  # the scheduler repeats a signal every cycle until the preemption: send it once
-            log.info("checkpoint signal to %s: %s (preempted at %.0f)", sig.job_id, sig.message, sig.preempt_at_s)
-            for a in self._ops.job_assignments(sig.job_id):
-                self._signals.put(a.host, SignalCommand(assignment_id=a.assignment_id))
-        self._signalled = signalled
-        reasons = {w.job_id: (w.reason.value, w.message) for w in result.waiting}
-        changed = {j: r for j, r in reasons.items() if self._reasons.get(j) != r}
-        self._ops.set_reasons(changed)
-        self._reasons = reasons
+        run = self._driver.run_cycle(snap, pending, self._sharing.policy(), _StoreActuator(self, state), now)
+        self._view = run.request
         seconds = time.perf_counter() - started
-        self._observe(state, seconds, placed, preempted)
+        self._observe(state, seconds, run.placed, run.preempted)
         self.cycles += 1
-        return CycleReport(placed, preempted, len(result.waiting), rebuilt, seconds)
+        return CycleReport(run.placed, run.preempted, len(run.result.waiting), rebuilt, seconds)
 
     @property
     def sharing(self) -> SharingPolicy | None:
         """The last cycle's sharing policy, as ``schedule()`` got it (None before the first cycle)."""
         view = self._view
-        return None if view is None else view[2]
+        return None if view is None else view.sharing
 
     @property
     def inputs(self) -> CycleInputs | None:
         """The last cycle's measured inputs (usage, service history), as ``schedule()`` got them."""
         view = self._view
-        return None if view is None else view[3]
+        return None if view is None else view.inputs
 
     def admission(self, job: JobSpec) -> Admission | None:
         """Deadline admission of a pending ``job`` against the last cycle's view (None before the first cycle).
@@ -296,32 +269,31 @@ class SchedulingLoop:
         view = self._view
         if view is None:
             return None
-        snap, pending, sharing, inputs = view
         rank = (-int(job.priority), job.submit_time_s, job.job_id)
-        ahead = [j for j in pending if (-int(j.priority), j.submit_time_s, j.job_id) < rank]
-        return admit(snap, job, ahead, self._clock(), sharing, inputs)
+        ahead = [j for j in view.pending if (-int(j.priority), j.submit_time_s, j.job_id) < rank]
+        return admit(view.snapshot, job, ahead, self._clock(), view.sharing, view.inputs)
 
-    def _place(self, state: ClusterState, alloc: Allocation, now: float) -> int:
+    def _place(self, state: ClusterState, alloc: Allocation, now: float) -> bool:
         job_id = alloc.job_id
         try:
             state.apply(JobPlaced(alloc, now))  # assume
         except GpupoolError as e:
             log.warning("placement of %s refused by the cluster state: %s", job_id, e)
             self._dirty = True
-            return 0
+            return False
         try:
             rec = self._store.record_allocation(job_id, self._versions[job_id], alloc, ACTOR)  # persist
             self._changed()
         except (GpupoolError, KeyError) as e:
             log.warning("placement of %s not stored (%s): rebuilding from the store", job_id, e)
             self._dirty = True  # roll the assumption back by rebuilding the state from what is stored
-            return 0
+            return False
         self._versions[job_id] = rec.version
         self._db_state[job_id] = JobState.PLACED
         self._reasons.pop(job_id, None)
-        return 1
+        return True
 
-    def _preempt(self, state: ClusterState, job_id: str, reason: str, now: float) -> int:
+    def _preempt(self, state: ClusterState, job_id: str, reason: str, now: float) -> bool:
         try:
             state.apply(JobPreempted(job_id, now, reason))
             rec = self._store.release_allocation(job_id, self._versions[job_id], ACTOR, reason=reason)
@@ -329,10 +301,24 @@ class SchedulingLoop:
         except (GpupoolError, KeyError) as e:
             log.warning("preemption of %s failed (%s): rebuilding from the store", job_id, e)
             self._dirty = True
-            return 0
+            return False
         self._versions[job_id] = rec.version
         self._db_state[job_id] = JobState.PENDING
-        return 1
+        return True
+
+    def _signal(self, state: ClusterState, sig: Signal) -> bool:
+        if state.job_state(sig.job_id) not in (JobState.PLACED, JobState.RUNNING):
+            return False
+        log.info("checkpoint signal to %s: %s (preempted at %.0f)", sig.job_id, sig.message, sig.preempt_at_s)
+        for a in self._ops.job_assignments(sig.job_id):
+            self._signals.put(a.host, SignalCommand(assignment_id=a.assignment_id))
+        return True
+
+    def _wait(self, waiting: Sequence[Waiting]) -> None:
+        """Store the reasons that changed since the last cycle."""
+        reasons = {w.job_id: (w.reason.value, w.message) for w in waiting}
+        self._ops.set_reasons({j: r for j, r in reasons.items() if self._reasons.get(j) != r})
+        self._reasons = reasons
 
     # -- live events -------------------------------------------------------------------------------------------
     def _fold(self, state: ClusterState, events: Sequence[Event]) -> None:
@@ -467,7 +453,7 @@ class SchedulingLoop:
             for job_id, old in list(self._db_state.items()):
                 lj = live.get(job_id)
                 if lj is None:
-                    self._end(state, job_id, old, now, self._history if job_id in done else None)
+                    self._end(state, job_id, old, now, self._driver if job_id in done else None)
                     del self._db_state[job_id]
                     self._versions.pop(job_id, None)
                     continue
@@ -490,20 +476,21 @@ class SchedulingLoop:
         return True
 
     def _finished(self, ended: list[str]) -> set[str]:
-        """Of the running jobs that left the live set, those that finished (not failed or cancelled): for
-        ``gittins`` only, one read of just those jobs, as the simulator counts completions."""
-        if self._history is None or not ended:
+        """Of the running jobs that left the live set, those that finished (not failed or cancelled): for a
+        policy that learns from completions only, one read of just those jobs, as the simulator counts them."""
+        if self._driver.history is None or not ended:
             return set()
         return {r.job_id for r in self._ops.specs(ended) if r.state is JobState.FINISHED}
 
     @staticmethod
-    def _end(state: ClusterState, job_id: str, old: JobState, now: float, history: HistoryBuilder | None) -> None:
+    def _end(state: ClusterState, job_id: str, old: JobState, now: float, driver: CycleDriver | None) -> None:
+        """``driver``: the job finished (the cycle's service history learns from it)."""
         if old is JobState.PENDING:
             state.apply(JobCancelled(job_id, now))
             return
         spec = state.job_spec(job_id)
-        if history is not None and spec is not None:
-            history.finished(spec.total_gpus, state.service_gpu_s(job_id, now), spec.submit_time_s)
+        if driver is not None and spec is not None:
+            driver.finished(spec, state.service_gpu_s(job_id, now))
         state.apply(JobFinished(job_id, now, succeeded=old is JobState.RUNNING))
 
     def _sync_health(self, state: ClusterState, nodes: Sequence[NodeRecord], now: float) -> None:
@@ -567,3 +554,26 @@ class SchedulingLoop:
             a, f = gpus.get(key, (0.0, 0))
             gpus[key] = (a + allocated, f + free)
         m.set_gpus(gpus)
+
+
+class _StoreActuator:
+    """The server's side of a cycle (``scheduler.driver.Actuator``): assume each decision in the state, persist
+    it in one short transaction, and let agents act after the commit (commands are derived from the store)."""
+
+    __slots__ = ("_loop", "_state")
+
+    def __init__(self, loop: SchedulingLoop, state: ClusterState) -> None:
+        self._loop, self._state = loop, state
+
+    def preempt(self, preemption: Preemption, now_s: float) -> bool:
+        reason = f"{preemption.reason.value}: {preemption.message}"
+        return self._loop._preempt(self._state, preemption.job_id, reason, now_s)
+
+    def place(self, allocation: Allocation, now_s: float) -> bool:
+        return self._loop._place(self._state, allocation, now_s)
+
+    def signal(self, signal: Signal, now_s: float) -> bool:
+        return self._loop._signal(self._state, signal)
+
+    def waiting(self, waiting: Sequence[Waiting]) -> None:
+        self._loop._wait(waiting)

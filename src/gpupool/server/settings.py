@@ -1,20 +1,36 @@
 """Server settings: built once in the entry point from an optional YAML file and ``GPUPOOL_*`` variables.
 
-The environment wins over the file, so a deployment can keep one file and override per replica. The admin
-token is a secret: it is compared, never stored or logged, and ``repr`` hides it.
+The environment wins over the file, so a deployment can keep one file and override per replica. A nested
+setting's variable joins the names with ``__``: ``scheduler.policy`` is ``GPUPOOL_SCHEDULER__POLICY``,
+``scheduler.gittins.cohort_window_s`` is ``GPUPOOL_SCHEDULER__GITTINS__COHORT_WINDOW_S``; a value is read
+as YAML (``true``, ``12.5``, ``[1, 2]``, ``null``), a list also as ``1,2``.
+
+The ``scheduler`` section (``scheduler.settings.SchedulerSettings``) is what decides; ``gpupool sim run
+--config FILE`` reads the same section of the same file. Values are checked by pydantic against the
+dataclasses' types (not a second model of them), then by ``scheduler.settings.problems``; a bad value is
+one ``ParseError`` naming the setting and the file line or the variable it came from.
+
+The admin token is a secret: it is compared, never stored or logged, and ``repr`` and ``print_config`` hide
+it (and the password of the database URL).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
+import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import TypeAdapter, ValidationError
 
 from gpupool.domain.errors import ParseError
+from gpupool.scheduler.settings import SchedulerSettings, problems
 
 
 def default_url(data_dir: str | Path) -> str:
@@ -47,14 +63,7 @@ class Settings:
     host_cache_s: float = 1.0
     socket_ifname: str = ""  # NCCL_SOCKET_IFNAME for workloads ("" = let NCCL choose)
     master_port_base: int = 29500
-    preemption: bool = True  # quota reclaims, pool windows and priority may preempt (after a checkpoint signal)
-    preemption_grace_s: float = 300.0  # between the checkpoint signal and the stop
     stop_grace_s: float = 30.0  # a stopped workload's SIGTERM -> SIGKILL delay (cancel, preemption, stale ranks)
-    preemption_min_runtime_s: float = 300.0  # a job runs this long before a preemptor may take its GPUs
-    require_quota: bool = False  # a tenant without a quota in a pool may not run there
-    usage_half_life_s: float = 7 * 86400.0  # fair share forgets half of a tenant's usage this often
-    policy: str = "priority"  # the queue policy (scheduler registry: fifo, priority, sjf, hrrn, las, gittins, edf, ...)
-    placer: str = "topology"  # the placer (first-fit, best-fit, spread, topology, frag)
     log_level: str = "info"
     log_format: str = "text"  # or "json": one object per line, each with its request id
     access_log: bool = True  # one line per request (client, method, path, status, request id)
@@ -66,54 +75,165 @@ class Settings:
     submit_queue_max: int = 20_000
     # How long a submission waits through a database failover (or a lost connection) before its 503.
     store_retry_s: float = 10.0
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)  # what decides (also ``gpupool sim``)
 
     @property
     def url(self) -> str:
         return self.database_url or default_url(self.data_dir)
 
 
-def _coerce(name: str, raw: Any, kind: type, source: str, line: int | None) -> Any:
+# Settings that moved into the ``scheduler`` section (issue 13): named in the error, so a file is fixed at once.
+_MOVED = frozenset(
+    {"policy", "placer", "preemption", "preemption_grace_s", "preemption_min_runtime_s", "require_quota"}
+    | {"usage_half_life_s"}
+)
+_SECRETS = frozenset({"admin_token"})
+_ADAPTER: TypeAdapter[Settings] = TypeAdapter(Settings)
+
+
+def _sections(cls: type) -> dict[str, type]:
+    """The fields of a settings dataclass that are dataclasses themselves (nested sections), by name."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])}
+
+
+def leaves(cls: type, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """(path, type) of every setting, nested sections walked."""
+    hints = typing.get_type_hints(cls)
+    out: list[tuple[tuple[str, ...], Any]] = []
+    for f in dataclasses.fields(cls):
+        kind = hints[f.name]
+        if dataclasses.is_dataclass(kind):
+            out += leaves(typing.cast(type, kind), (*path, f.name))
+        else:
+            out.append(((*path, f.name), kind))
+    return out
+
+
+def env_name(path: tuple[str, ...]) -> str:
+    return "GPUPOOL_" + "__".join(path).upper()
+
+
+def _key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """The 1-based line of every key of a YAML mapping (nested mappings walked), by its path."""
+    out: dict[tuple[str, ...], int] = {}
+
+    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                key = (*path, str(k.value))
+                out[key] = k.start_mark.line + 1
+                walk(v, key)
+
+    root = yaml.compose(text)
+    if root is not None:
+        walk(root, ())
+    return out
+
+
+def _check_keys(data: Mapping[str, Any], cls: type, path: tuple[str, ...], where: Any) -> None:
+    names = {f.name for f in dataclasses.fields(cls)}
+    sections = _sections(cls)
+    for key, value in data.items():
+        here = (*path, str(key))
+        if key not in names:
+            moved = f" (now scheduler.{key})" if not path and key in _MOVED else ""
+            raise where(here, f"unknown setting {'.'.join(here)!r}{moved}")
+        if key in sections:
+            if not isinstance(value, Mapping):
+                raise where(here, f"setting {'.'.join(here)!r}: a section of settings, not {value!r}")
+            _check_keys(value, sections[key], here, where)
+
+
+def _env_value(raw: str, kind: Any) -> Any:
+    if kind is str:
+        return raw
+    if typing.get_origin(kind) is tuple and "," in raw and not raw.lstrip().startswith("["):
+        return [x.strip() for x in raw.split(",") if x.strip()]
     try:
-        if kind is bool:
-            return str(raw).lower() in ("1", "true", "yes")
-        return kind(raw)
-    except (TypeError, ValueError):
-        raise ParseError(
-            f"setting {name!r}: {raw!r} is not a valid {kind.__name__}", source=source, line=line
-        ) from None
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw  # pydantic names what it should have been
+
+
+def _put(data: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for key in path[:-1]:
+        data = data.setdefault(key, {})
+    data[path[-1]] = value
+
+
+def _read_file(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ParseError(f"cannot read settings: {e.strerror}", source=source) from None
+    try:
+        data = yaml.safe_load(text) or {}
+        lines = _key_lines(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ParseError(f"not YAML: {e}", source=source, line=None if mark is None else mark.line + 1) from None
+    if not isinstance(data, dict):
+        raise ParseError("settings must be a mapping of names to values", source=source, line=1)
+    return data, lines
 
 
 def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
     """Settings from ``path`` (YAML mapping, optional) then ``GPUPOOL_<NAME>`` variables of ``env``."""
     env = os.environ if env is None else env
-    kinds = {f.name: type(getattr(Settings(), f.name)) for f in fields(Settings)}
-    values: dict[str, Any] = {}
+    data: dict[str, Any] = {}
+    lines: dict[tuple[str, ...], int] = {}
     if path is not None:
-        source = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as e:
-            raise ParseError(f"cannot read settings: {e.strerror}", source=source) from None
-        try:
-            data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            raise ParseError(f"not YAML: {e}", source=source, line=None if mark is None else mark.line + 1) from None
-        if not isinstance(data, dict):
-            raise ParseError("settings must be a mapping of names to values", source=source, line=1)
-        lines = text.splitlines()
-        for key, raw in data.items():
-            line = next((i + 1 for i, t in enumerate(lines) if t.lstrip().startswith(f"{key}:")), None)
-            if key not in kinds:
-                raise ParseError(f"unknown setting {key!r}", source=source, line=line)
-            values[key] = _coerce(key, raw, kinds[key], source, line)
-    for name, kind in kinds.items():
-        raw = env.get(f"GPUPOOL_{name.upper()}")
+        data, lines = _read_file(path)
+    from_env: set[tuple[str, ...]] = set()
+
+    def where(key: tuple[str, ...], message: str) -> ParseError:
+        if key in from_env:
+            return ParseError(message, source=env_name(key))
+        return ParseError(message, source=str(path or "settings"), line=lines.get(key))
+
+    _check_keys(data, Settings, (), where)
+    for name in sorted(_MOVED):
+        if env_name((name,)) in env:
+            raise ParseError(f"moved to {env_name(('scheduler', name))}", source=env_name((name,)))
+    for key, kind in leaves(Settings):
+        raw = env.get(env_name(key))
         if raw is not None:
-            values[name] = _coerce(name, raw, kind, f"GPUPOOL_{name.upper()}", None)
-            if name == "stop_grace_s" and values[name] < 0:
-                raise ParseError(f"setting {name!r}: {raw!r} is negative", source=f"GPUPOOL_{name.upper()}")
+            _put(data, key, _env_value(raw, kind))
+            from_env.add(key)
+    try:
+        settings = _ADAPTER.validate_python(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        key = tuple(str(x) for x in first["loc"] if isinstance(x, str))
+        got = first.get("input")
+        raise where(key, f"setting {'.'.join(key)!r}: {first['msg']} (got {got!r})") from None
     # The agent protocol refuses a negative grace, so one would fail every heartbeat that stops a workload.
-    if values.get("stop_grace_s", 0.0) < 0:
-        raise ParseError(f"setting 'stop_grace_s': {values['stop_grace_s']!r} is negative", source=str(path))
-    return replace(Settings(), **values)
+    if settings.stop_grace_s < 0:
+        raise where(("stop_grace_s",), f"setting 'stop_grace_s': {settings.stop_grace_s!r} is negative")
+    for name, problem in problems(settings.scheduler):
+        raise where(("scheduler", name), f"setting 'scheduler.{name}': {problem}")
+    return settings
+
+
+def plain(value: Any) -> Any:
+    """A settings value as YAML and JSON write it: enums by value, tuples as lists."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+def print_config(settings: Settings) -> str:
+    """The effective settings as the YAML file that would give them, secrets hidden: a file to keep, or to
+    hand to ``gpupool sim run --config`` (which reads its ``scheduler`` section)."""
+    doc = plain(dataclasses.asdict(settings))
+    for name in _SECRETS:
+        if doc.get(name):
+            doc[name] = "***"
+    doc["database_url"] = re.sub(r"(://[^:/@]+:)[^@]*@", r"\1***@", doc["database_url"])
+    return str(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))

@@ -1,5 +1,7 @@
 """The discrete-event engine: trace arrivals and the simulated world drive the production ClusterState and
-``schedule()``, exactly as the server's loop does with agents' reports.
+``schedule()``, exactly as the server's loop does with agents' reports: both build their scheduler from the
+same ``scheduler`` settings and run the same cycle skeleton (``scheduler.driver.CycleDriver``); this module
+is the simulated world's clock and actuator.
 
 Events sit in one heap ordered by (time, sequence). All events at one instant are folded into the state first;
 then, if any of them can change a decision (an arrival, a completion, a failure, a repair), one scheduling
@@ -8,10 +10,11 @@ cycle runs at that instant, so a burst of simultaneous arrivals costs one cycle.
 applied before its placements: a preempted job pays the restart overhead and loses the work since its last
 checkpoint, and goes back to the queue. Placements start after the launch latency.
 
-With a ``SharingPolicy`` (quotas, pools and their calendar, preemption, backfill, deadlines) the request
-carries it. A CHECKPOINT signal makes the job checkpoint at once (``JobCheckpointed``: nothing before it is
+The settings' sharing rules (pools and their calendar, preemption, backfill, deadlines) travel as the
+request's ``SharingPolicy``. A CHECKPOINT signal makes the job checkpoint at once (``JobCheckpointed``: nothing before it is
 lost) and wakes a cycle at the signal's preemption time; a calendar wakes a cycle at each window boundary.
-While preemption is on, every running job checkpoints every ``checkpoint_interval_s`` into the state too,
+While preemption can take GPUs (it is on and some job is ``preemptible``), every running job checkpoints
+every ``checkpoint_interval_s`` into the state too,
 so the scheduler's victim search sees the work each preemption would throw away. A job's runtime at its
 placement comes from the runtime model. Randomness (failures, telemetry noise) comes from one NumPy
 Generator built from the seed, so a run is deterministic for a seed.
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpupool.cluster import ClusterState
+from gpupool.domain.calendar import Calendar
 from gpupool.domain.errors import InputError
 from gpupool.domain.events import (
     GpuHealthChanged,
@@ -50,17 +54,9 @@ from gpupool.domain.sharing import PoolDemand
 from gpupool.domain.states import NodeState
 from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.model import Domain, Tier
-from gpupool.scheduler import (
-    NO_SHARING,
-    CycleInputs,
-    SchedulerConfig,
-    ScheduleRequest,
-    SharingPolicy,
-    SignalKind,
-    get_policy,
-    schedule,
-)
-from gpupool.scheduler.gittins import HistoryBuilder
+from gpupool.scheduler import Preemption, Signal, SignalKind, Waiting
+from gpupool.scheduler.driver import CycleDriver
+from gpupool.scheduler.settings import SchedulerSettings, scheduler_config, sharing_policy
 from gpupool.sim.failures import FailureEvent, FailureKind
 from gpupool.sim.runtime import TierBandwidth
 from gpupool.sim.world import JobRecord, SimJob, Tracker, WorldConfig
@@ -85,12 +81,6 @@ class SimResult:
     stopped_early: bool  # jobs were left waiting that nothing could ever place
 
 
-def scheduler_config(policy: str, placer: str, *, seed: int) -> SchedulerConfig:
-    """The scheduler's config for a run. Preemption, backfill, pools and deadlines are not config fields:
-    they travel as the request's ``SharingPolicy`` (``gpupool.sim.sharing.sharing_policy``)."""
-    return SchedulerConfig(policy=policy, placer=placer, seed=seed)
-
-
 class Engine:
     """One simulation run. Build it, call ``run()`` once."""
 
@@ -98,32 +88,38 @@ class Engine:
         self,
         fabric: Fabric,
         jobs: Sequence[SimJob],
-        config: SchedulerConfig,
+        settings: SchedulerSettings | None = None,
         world: WorldConfig | None = None,
         *,
         seed: int = 0,
         progress: Progress | None = None,
-        sharing: SharingPolicy | None = None,
+        calendar: Calendar | None = None,
         demand_headroom_gpus: int | None = None,
         failure_trace: Sequence[FailureEvent] = (),
     ) -> None:
+        """``settings``: the ``scheduler`` settings (the server's defaults when None); ``calendar``: the pools'
+        calendar (the server's comes from its pools); ``seed``: the world's draws (the scheduler's seed is
+        ``settings.seed``)."""
+        settings = settings if settings is not None else SchedulerSettings()
         self.fabric = fabric
-        self.config = config
         self.failure_trace = tuple(failure_trace)
-        self.sharing = sharing
+        # The same builders and cycle skeleton as the server's loop (``scheduler.settings``, ``.driver``).
+        self.sharing = sharing_policy(settings, calendar=calendar)
+        self.driver = CycleDriver(scheduler_config(settings), settings.usage_half_life_s)
         self.wakes_due = 0  # signal wake-ups still in the heap: the run is not over while one is due
         self.calendar_wake = math.inf  # the calendar boundary a wake-up is queued for
         self.idle_wakes = 0  # cycles in a row with nothing running
         # With a headroom, each pool's inference services (running or waiting) plus the headroom are its
         # demand target (``PoolDemand``), so a calendar window never takes hosts its services still need.
-        self.demand_headroom = demand_headroom_gpus if sharing is not None else None
+        self.demand_headroom = demand_headroom_gpus if calendar is not None else None
         self.service_gpus: dict[str, tuple[int, float]] = {}  # pool -> (GPUs, since when the target is that high)
         self.world = world or WorldConfig()
-        # A policy that ranks by service (``gittins``) learns its distribution from completions.
-        self.history = HistoryBuilder(config.gittins) if get_policy(config.policy).uses_service_history else None
-        self.by_service = sharing is not None and sharing.preemption.enabled and sharing.preemption.by_service
+        # Preemption needs a preemptible victim: without one, no checkpoint matters to the scheduler.
+        pre = self.sharing.preemption
+        preempts = pre.enabled and any(j.spec.preemptible for j in jobs)
+        self.by_service = preempts and pre.by_service
         ckpt = self.world.checkpoint_interval_s
-        self.checkpoint_every = ckpt if sharing is not None and sharing.preemption.enabled and ckpt > 0 else 0.0
+        self.checkpoint_every = ckpt if preempts and ckpt > 0 else 0.0
         self.rng = np.random.default_rng(seed)
         self.progress = progress
         self.state = ClusterState(fabric)
@@ -243,8 +239,7 @@ class Engine:
             tr.end = t
             if tr.run_start is not None:
                 tr.served_s += t - tr.run_start
-            if self.history is not None:
-                self.history.finished(tr.job.spec.total_gpus, tr.served_s * tr.job.gpus, tr.job.spec.submit_time_s)
+            self.driver.finished(tr.job.spec, tr.served_s * tr.job.gpus)
             if self.demand_headroom is not None and tr.job.kind == "inference":
                 self._demand(tr.job.spec.pool, -tr.job.spec.total_gpus, t)
             tr.remaining_s = 0.0
@@ -273,11 +268,11 @@ class Engine:
         self.last_cycle = t
         # Kueue's model: a preemptor is placed in the cycle after its victims are gone, so a cycle that
         # preempted is followed at once by another (bounded: each round needs new victims to go on).
-        # With sharing a cycle runs even with an empty queue: pool windows reclaim lent hosts by themselves.
+        # With a calendar a cycle runs even with an empty queue: pool windows reclaim lent hosts by themselves.
+        cal = self.sharing.calendar
         for _ in range(_MAX_ROUNDS):
-            if (not self.pending and self.sharing is None) or not self._cycle(t):
+            if (not self.pending and cal is None) or not self._cycle(t):
                 break
-        cal = self.sharing.calendar if self.sharing is not None else None
         # A job may wait for a window with nothing running; a queue that a week of windows did not move
         # never will, so the wake-ups stop there and the run ends as stuck.
         self.idle_wakes = 0 if self.running else self.idle_wakes + 1
@@ -297,24 +292,9 @@ class Engine:
                 PoolDemand(pool, gpus, 1, since, self.demand_headroom)
                 for pool, (gpus, since) in self.service_gpus.items()
             )
-        inputs = CycleInputs(
-            pool_demand=demand, service_history=self.history.history() if self.history is not None else None
-        )
-        sharing = self.sharing if self.sharing is not None else NO_SHARING
-        result = schedule(ScheduleRequest(self.state.snapshot(), pending, t, self.config, sharing, inputs))
-        for s in result.signals:
-            if s.kind is SignalKind.CHECKPOINT and self.state.job_state(s.job_id) is not None:
-                self._signalled(s.job_id, t, s.preempt_at_s)
-        preempted = False
-        for p in result.preemptions:
-            if p.job_id in self.track and self.state.job_state(p.job_id) is not None:
-                self.state.apply(JobPreempted(p.job_id, t, p.reason.value))
-                self._requeue(p.job_id, t)
-                preempted = True
-        for alloc in result.placements:
-            self._place(alloc, t)
+        run = self.driver.run_cycle(self.state.snapshot(), pending, self.sharing, _World(self), t, pool_demand=demand)
         self.queue_len.append((t, len(self.pending)))
-        return preempted
+        return run.preempted > 0
 
     def _demand(self, pool: str, delta: int, t: float) -> None:
         gpus, since = self.service_gpus.get(pool, (0, t))
@@ -514,3 +494,35 @@ class Engine:
         for s in self._leaves:
             self.state.apply(PortCountersReported(self.fabric.switches[s].name, int(self._counters[s]), 0, t))
         self.push(t + dt, _TELEMETRY)
+
+
+class _World:
+    """The simulator's side of a cycle (``scheduler.driver.Actuator``): the same ``ClusterState`` the scheduler
+    saw, and the simulated world (launch latency, lost work, restarts)."""
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def preempt(self, preemption: Preemption, now_s: float) -> bool:
+        e, key = self._engine, preemption.job_id
+        if key not in e.track or e.state.job_state(key) is None:
+            return False
+        e.state.apply(JobPreempted(key, now_s, preemption.reason.value))
+        e._requeue(key, now_s)
+        return True
+
+    def place(self, allocation: Allocation, now_s: float) -> bool:
+        self._engine._place(allocation, now_s)
+        return True
+
+    def signal(self, signal: Signal, now_s: float) -> bool:
+        e = self._engine
+        if signal.kind is not SignalKind.CHECKPOINT or e.state.job_state(signal.job_id) is None:
+            return False
+        e._signalled(signal.job_id, now_s, signal.preempt_at_s)
+        return True
+
+    def waiting(self, waiting: Sequence[Waiting]) -> None:
+        pass  # the simulator keeps no reasons (the records say when each job started)

@@ -7,18 +7,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from gpupool.domain.calendar import Calendar
 from gpupool.domain.errors import InputError
 from gpupool.domain.jobs import Scope, TopologyMode, TopologyRequirement
 from gpupool.fabric import jsonio
 from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.merge import require_gpus
 from gpupool.fabric.model import Domain
-from gpupool.sim.engine import Engine, Progress, SimResult, scheduler_config
+from gpupool.scheduler.settings import SchedulerSettings
+from gpupool.sim.engine import Engine, Progress, SimResult
 from gpupool.sim.fabrics import nodes_fabric, uniform_fabric
 from gpupool.sim.failures import FailureEvent
 from gpupool.sim.metrics import compute_metrics
 from gpupool.sim.report import write_run
-from gpupool.sim.sharing import SharingOptions, sharing_policy
 from gpupool.sim.traces.records import Trace
 from gpupool.sim.traces.specs import to_job_spec
 from gpupool.sim.world import SimJob, WorldConfig
@@ -86,40 +87,32 @@ def _largest_leaf_gpus(fabric: Fabric) -> int:
 def simulate(
     trace: Trace,
     fabric: Fabric,
+    settings: SchedulerSettings | None = None,
     *,
-    policy: str,
-    placement: str,
-    preemption: bool = False,
     seed: int = 0,
     world: WorldConfig | None = None,
     know_durations: bool = False,
+    preemptible: bool = False,
+    calendar: Calendar | None = None,
+    demand_headroom_gpus: int | None = None,
     progress: Progress | None = None,
-    sharing: SharingOptions | None = None,
     leaf_mode: TopologyMode | None = None,
     failures: Sequence[FailureEvent] = (),
-    las_thresholds_gpu_s: tuple[float, ...] | None = None,
 ) -> RunOutcome:
-    """One run. ``preemption`` is short for ``sharing=SharingOptions(preemption=True)``; with preemption
-    every job but inference services is preemptible. ``las_thresholds_gpu_s``: the LAS queue limits (the
-    scheduler's default when None)."""
+    """One run of ``settings`` (the ``scheduler`` section; the defaults when None). ``preemptible``: every
+    job but inference services is submitted ``preemptible`` (a trace does not say; the server's users do).
+    ``seed``: the world's draws."""
     world = world or WorldConfig()
-    opts = sharing if sharing is not None else SharingOptions(preemption=preemption)
-    jobs, skipped = sim_jobs(
-        trace, fabric, know_durations=know_durations, preemptible=opts.preemption, leaf_mode=leaf_mode
-    )
-    cfg = scheduler_config(policy, placement, seed=seed)
-    if las_thresholds_gpu_s is not None:
-        cfg = replace(cfg, las_thresholds_gpu_s=las_thresholds_gpu_s)
-    policy_obj = sharing_policy(opts, world)
+    jobs, skipped = sim_jobs(trace, fabric, know_durations=know_durations, preemptible=preemptible, leaf_mode=leaf_mode)
     result = Engine(
         fabric,
         jobs,
-        cfg,
+        settings,
         world,
         seed=seed,
         progress=progress,
-        sharing=policy_obj,
-        demand_headroom_gpus=opts.demand_headroom_gpus,
+        calendar=calendar,
+        demand_headroom_gpus=demand_headroom_gpus,
         failure_trace=failures,
     ).run()
     metrics = compute_metrics(result, inference_slo_wait_s=world.inference_slo_wait_s)

@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 from server_api_helpers import ADMIN, Api, Clock
 
-from gpupool.scheduler import SchedulerConfig
 from gpupool.scheduler.gittins import ALL, ServiceHistory
+from gpupool.scheduler.settings import SchedulerSettings
 from gpupool.server.app import create_app
 from gpupool.server.settings import Settings
 
@@ -20,8 +20,14 @@ JOB = {"command": ["python", "-c", "print('hi')"], "tasks": 1, "gpus_per_task": 
 
 @pytest.fixture
 def gittins_api(db_url: str, tmp_path: Path, clock: Clock) -> Iterator[Api]:
-    settings = Settings(data_dir=str(tmp_path), database_url=db_url, admin_token=ADMIN, node_lost_after_s=30.0)
-    app = create_app(settings, clock=clock, run_loop=False, config=SchedulerConfig(policy="gittins"))
+    settings = Settings(
+        data_dir=str(tmp_path),
+        database_url=db_url,
+        admin_token=ADMIN,
+        node_lost_after_s=30.0,
+        scheduler=SchedulerSettings(policy="gittins"),
+    )
+    app = create_app(settings, clock=clock, run_loop=False)
     with TestClient(app) as client:
         yield Api(client, app.state.server, clock)
 

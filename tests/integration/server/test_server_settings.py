@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from gpupool.domain.errors import ParseError
-from gpupool.server.core import build_server, scheduler_config
+from gpupool.scheduler.settings import SchedulerSettings, scheduler_config
+from gpupool.server.core import build_server
 from gpupool.server.settings import Settings, load_settings
 from gpupool.store import default_url
 
@@ -18,8 +19,9 @@ def test_the_default_database_is_the_stores_default_file(tmp_path: Path) -> None
 
 def test_preemption_settings_come_from_the_environment(tmp_path: Path) -> None:
     f = tmp_path / "s.yaml"
-    f.write_text("preemption: true\npreemption_grace_s: 60\n", encoding="utf-8")
-    s = load_settings(f, env={"GPUPOOL_PREEMPTION": "false", "GPUPOOL_REQUIRE_QUOTA": "yes"})
+    f.write_text("scheduler:\n  preemption: true\n  preemption_grace_s: 60\n", encoding="utf-8")
+    env = {"GPUPOOL_SCHEDULER__PREEMPTION": "false", "GPUPOOL_SCHEDULER__REQUIRE_QUOTA": "yes"}
+    s = load_settings(f, env=env).scheduler
     assert (s.preemption, s.preemption_grace_s, s.require_quota) == (False, 60.0, True)
 
 
@@ -35,18 +37,27 @@ def test_stop_grace_comes_from_the_environment_and_must_not_be_negative(tmp_path
 
 
 def test_the_queue_policy_and_placer_come_from_the_settings(tmp_path: Path) -> None:
-    s = load_settings(env={"GPUPOOL_POLICY": "gittins", "GPUPOOL_PLACER": "frag"})
-    config = scheduler_config(s)
+    s = load_settings(env={"GPUPOOL_SCHEDULER__POLICY": "gittins", "GPUPOOL_SCHEDULER__PLACER": "frag"})
+    config = scheduler_config(s.scheduler)
     assert (config.policy, config.placer) == ("gittins", "frag")
-    assert scheduler_config(load_settings(env={})).policy == "priority"
+    assert scheduler_config(load_settings(env={}).scheduler).policy == "priority"
     f = tmp_path / "s.yaml"
-    f.write_text("policy: hrrn\n", encoding="utf-8")
-    assert scheduler_config(load_settings(f, env={})).policy == "hrrn"
+    f.write_text("scheduler:\n  policy: hrrn\n", encoding="utf-8")
+    assert scheduler_config(load_settings(f, env={}).scheduler).policy == "hrrn"
+
+
+def test_settings_that_moved_into_the_scheduler_section_are_named(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text("port: 8000\npolicy: hrrn\n", encoding="utf-8")
+    with pytest.raises(ParseError, match=r"s.yaml:2: unknown setting 'policy' \(now scheduler.policy\)"):
+        load_settings(f, env={})
+    with pytest.raises(ParseError, match="GPUPOOL_POLICY: moved to GPUPOOL_SCHEDULER__POLICY"):
+        load_settings(env={"GPUPOOL_POLICY": "hrrn"})
 
 
 def test_an_unknown_policy_or_placer_is_refused_before_the_store_is_opened(tmp_path: Path) -> None:
-    with pytest.raises(ParseError, match=r"setting 'policy': 'shortest' is not one of .*gittins"):
-        build_server(Settings(data_dir=str(tmp_path / "a"), policy="shortest"))
-    with pytest.raises(ParseError, match="setting 'placer': 'tight'"):
-        build_server(Settings(data_dir=str(tmp_path / "b"), placer="tight"))
+    with pytest.raises(ParseError, match=r"setting 'scheduler.policy': 'shortest' is not one of .*gittins"):
+        build_server(Settings(data_dir=str(tmp_path / "a"), scheduler=SchedulerSettings(policy="shortest")))
+    with pytest.raises(ParseError, match=r"setting 'scheduler\.placer': 'tight'"):
+        build_server(Settings(data_dir=str(tmp_path / "b"), scheduler=SchedulerSettings(placer="tight")))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gpupool.scheduler.settings import SchedulerSettings
 from gpupool.sim.bounds import lower_bounds, makespan_bound, srpt_mean_jct
 from gpupool.sim.fabrics import uniform_fabric
 from gpupool.sim.runner import simulate
@@ -42,7 +43,7 @@ def test_bounds_never_exceed_a_simulated_schedule(seed: int) -> None:
         )
         for i in range(80)
     )
-    out = simulate(Trace("t", "test", jobs), uniform_fabric(32, 8), policy="fifo", placement="topology",
+    out = simulate(Trace("t", "test", jobs), uniform_fabric(32, 8), SchedulerSettings(policy="fifo", placer="topology"),
                    world=WorldConfig(launch_latency_s=0.0))  # fmt: skip
     m = out.metrics
     assert m["finished"] == 80

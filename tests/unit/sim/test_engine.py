@@ -7,7 +7,8 @@ import pytest
 
 from gpupool.domain.jobs import JobSpec, Scope, TopologyMode
 from gpupool.fabric.generators import leaf_spine
-from gpupool.sim.engine import Engine, scheduler_config
+from gpupool.scheduler.settings import SchedulerSettings
+from gpupool.sim.engine import Engine
 from gpupool.sim.fabrics import uniform_fabric
 from gpupool.sim.metrics import metrics_digest
 from gpupool.sim.runner import sim_jobs, simulate
@@ -39,7 +40,7 @@ def test_jobs_run_after_launch_latency_and_end_after_their_duration() -> None:
     res = Engine(
         fab,
         jobs(("a", 0.0, 100.0, 8), ("b", 0.0, 50.0, 8), ("c", 5.0, 10.0, 8)),
-        scheduler_config("fifo", "topology", seed=0),
+        SchedulerSettings(policy="fifo", placer="topology"),
     ).run()
     r = {x.job_id: x for x in res.records}
     assert (r["a"].start_s, r["a"].end_s) == (10.0, 110.0)
@@ -53,7 +54,7 @@ def test_jobs_run_after_launch_latency_and_end_after_their_duration() -> None:
 def test_a_job_across_an_oversubscribed_spine_runs_slower() -> None:
     fab = leaf_spine(2, 1, 2, 8, oversubscription=2.0)  # 2 hosts and 1 uplink per leaf
     world = WorldConfig(launch_latency_s=0.0)
-    res = Engine(fab, jobs(("big", 0.0, 1000.0, 24)), scheduler_config("fifo", "topology", seed=0), world).run()
+    res = Engine(fab, jobs(("big", 0.0, 1000.0, 24)), SchedulerSettings(policy="fifo", placer="topology"), world).run()
     (rec,) = res.records
     assert rec.leaves == 2 and rec.hosts == 3
     # comm share 0.1 scaled by leaf/spine bandwidth (2x oversubscribed): 0.9 + 0.1 * 2
@@ -63,7 +64,9 @@ def test_a_job_across_an_oversubscribed_spine_runs_slower() -> None:
 
 def test_host_losses_preempt_requeue_and_every_job_still_finishes() -> None:
     world = WorldConfig(failures=FailureRates(host_loss_per_host_hour=0.5, repair_s=600.0), checkpoint_interval_s=300.0)
-    out = simulate(small_trace(), uniform_fabric(32, 8), policy="fifo", placement="topology", seed=5, world=world)
+    out = simulate(
+        small_trace(), uniform_fabric(32, 8), SchedulerSettings(policy="fifo", placer="topology"), seed=5, world=world
+    )
     m = out.metrics
     assert m["failures"] > 0 and m["preemptions"] > 0
     assert m["finished"] == m["jobs"] == 60
@@ -77,16 +80,24 @@ def test_gpu_and_link_failures_and_telemetry_run_to_completion() -> None:
         failures=FailureRates(gpu_xid_per_gpu_hour=0.02, link_down_per_leaf_hour=0.2, repair_s=900.0),
         telemetry_interval_s=600.0,
     )
-    out = simulate(small_trace(40), uniform_fabric(64, 8), policy="las", placement="topology", seed=1, world=world)
+    out = simulate(
+        small_trace(40), uniform_fabric(64, 8), SchedulerSettings(policy="las", placer="topology"), seed=1, world=world
+    )
     assert out.metrics["finished"] == 40
     assert out.metrics["failures"] > 0
 
 
 def test_same_seed_same_run_other_seed_other_failures() -> None:
     world = WorldConfig(failures=FailureRates(host_loss_per_host_hour=0.3, repair_s=600.0))
-    a = simulate(small_trace(), uniform_fabric(32, 8), policy="fifo", placement="topology", seed=9, world=world)
-    b = simulate(small_trace(), uniform_fabric(32, 8), policy="fifo", placement="topology", seed=9, world=world)
-    c = simulate(small_trace(), uniform_fabric(32, 8), policy="fifo", placement="topology", seed=10, world=world)
+    a = simulate(
+        small_trace(), uniform_fabric(32, 8), SchedulerSettings(policy="fifo", placer="topology"), seed=9, world=world
+    )
+    b = simulate(
+        small_trace(), uniform_fabric(32, 8), SchedulerSettings(policy="fifo", placer="topology"), seed=9, world=world
+    )
+    c = simulate(
+        small_trace(), uniform_fabric(32, 8), SchedulerSettings(policy="fifo", placer="topology"), seed=10, world=world
+    )
     assert a.result.records == b.result.records
     assert metrics_digest(a.metrics) == metrics_digest(b.metrics)
     assert metrics_digest(a.metrics) != metrics_digest(c.metrics)
@@ -94,12 +105,11 @@ def test_same_seed_same_run_other_seed_other_failures() -> None:
 
 def test_min_cycle_interval_bounds_cycles() -> None:
     trace = small_trace()
-    every = simulate(trace, uniform_fabric(32, 8), policy="fifo", placement="topology")
+    every = simulate(trace, uniform_fabric(32, 8), SchedulerSettings(policy="fifo", placer="topology"))
     bounded = simulate(
         trace,
         uniform_fabric(32, 8),
-        policy="fifo",
-        placement="topology",
+        SchedulerSettings(policy="fifo", placer="topology"),
         world=WorldConfig(min_cycle_interval_s=3600.0),
     )
     assert bounded.metrics["cycles"] < every.metrics["cycles"]
@@ -110,7 +120,7 @@ def test_a_job_that_can_never_fit_stops_the_run_instead_of_looping() -> None:
     res = Engine(
         uniform_fabric(8, 8),
         jobs(("ok", 0.0, 10.0, 8), ("huge", 0.0, 10.0, 9)),
-        scheduler_config("fifo", "topology", seed=0),
+        SchedulerSettings(policy="fifo", placer="topology"),
     ).run()
     r = {x.job_id: x for x in res.records}
     assert r["ok"].end_s is not None and r["huge"].start_s is None
@@ -128,7 +138,9 @@ def test_fixed_seed_run_reproduces_the_stored_metrics_digest() -> None:
         seed=7, days=1.0, inference_peak_gpus=16, training_jobs_per_day=60, batch_jobs_per_day=20, training_max_gpus=32
     )
     world = WorldConfig(failures=FailureRates(host_loss_per_host_hour=0.01, repair_s=3600.0))
-    out = simulate(trace, uniform_fabric(64, 8), policy="priority", placement="topology", seed=7, world=world)
+    out = simulate(
+        trace, uniform_fabric(64, 8), SchedulerSettings(policy="priority", placer="topology"), seed=7, world=world
+    )
     m = out.metrics
     assert m["finished"] == m["jobs"] > 50
     assert metrics_digest(m) == DIGEST, (metrics_digest(m), {k: v for k, v in m.items() if k != "wall_s"})
@@ -142,5 +154,5 @@ def test_multi_host_jobs_that_fit_a_leaf_can_be_made_to_require_one() -> None:
     jobs, _ = sim_jobs(trace, fab, leaf_mode=TopologyMode.REQUIRED)
     scopes = {j.spec.job_id: j.spec.topology.scope for j in jobs}
     assert scopes == {"a": Scope.LEAF, "b": Scope.ANY, "c": Scope.ANY}
-    res = simulate(trace, fab, policy="fifo", placement="topology", leaf_mode=TopologyMode.REQUIRED)
+    res = simulate(trace, fab, SchedulerSettings(policy="fifo", placer="topology"), leaf_mode=TopologyMode.REQUIRED)
     assert {r.job_id: r.leaves for r in res.result.records}["a"] == 1

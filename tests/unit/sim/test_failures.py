@@ -6,7 +6,8 @@ import pytest
 
 from gpupool.domain.errors import ParseError
 from gpupool.domain.jobs import JobSpec
-from gpupool.sim.engine import Engine, scheduler_config
+from gpupool.scheduler.settings import SchedulerSettings
+from gpupool.sim.engine import Engine
 from gpupool.sim.fabrics import uniform_fabric
 from gpupool.sim.failures import FailureEvent, FailureKind, parse_failures
 from gpupool.sim.world import FailureRates, SimJob, WorldConfig
@@ -46,7 +47,7 @@ def test_bad_lines_name_the_file_and_line(line: str, says: str) -> None:
 
 def run(failures: tuple[FailureEvent, ...]) -> dict[str, object]:
     jobs = [SimJob(JobSpec("a", 0.0, gpus_per_task=8), 1000.0), SimJob(JobSpec("b", 0.0, gpus_per_task=8), 1000.0)]
-    res = Engine(FAB, jobs, scheduler_config("fifo", "topology", seed=0), WORLD, failure_trace=failures).run()
+    res = Engine(FAB, jobs, SchedulerSettings(policy="fifo", placer="topology"), WORLD, failure_trace=failures).run()
     assert res.failures == len(failures)
     return {r.job_id: r for r in res.records}
 

@@ -1,14 +1,13 @@
-"""The sharing policy in the simulator: priority preemption with checkpoints, calendar reclaims with a
-CHECKPOINT signal before the preemption, and the mapping of the sim's options."""
+"""The sharing rules in the simulator: priority preemption with checkpoints, calendar reclaims with a
+CHECKPOINT signal before the preemption."""
 
 from __future__ import annotations
 
-from gpupool.domain.calendar import parse_calendar
+from gpupool.domain.calendar import Calendar, parse_calendar
 from gpupool.domain.jobs import JobSpec, PriorityClass
-from gpupool.scheduler import BackfillMode
-from gpupool.sim.engine import Engine, scheduler_config
+from gpupool.scheduler.settings import SchedulerSettings
+from gpupool.sim.engine import Engine
 from gpupool.sim.fabrics import uniform_fabric
-from gpupool.sim.sharing import SharingOptions, sharing_policy
 from gpupool.sim.world import SimJob, WorldConfig
 
 WORLD = WorldConfig(launch_latency_s=0.0, restart_overhead_s=60.0, checkpoint_interval_s=1000.0)
@@ -19,26 +18,14 @@ def job(i: str, submit: float, dur: float, gpus: int, *, prio: PriorityClass = P
     return SimJob(JobSpec(i, submit, gpus_per_task=gpus, priority=prio, pool=pool, preemptible=preemptible), dur)
 
 
-def test_no_option_means_the_plain_cycle_and_preemption_keeps_a_minimum_runtime() -> None:
-    assert sharing_policy(SharingOptions(), WORLD) is None
-    slow_restart = WorldConfig(restart_overhead_s=900.0)
-    pol = sharing_policy(SharingOptions(preemption=True), slow_restart)
-    assert pol is not None and pol.preemption.enabled and pol.preemption.min_runtime_s == 900.0
-    pol = sharing_policy(SharingOptions(backfill=BackfillMode.EASY), WORLD)
-    assert pol is not None and not pol.preemption.enabled and pol.backfill is BackfillMode.EASY
-
-
-def run(jobs: list[SimJob], opts: SharingOptions, policy: str = "priority") -> dict[str, object]:
-    fab = uniform_fabric(8, 8)
-    res = Engine(
-        fab, jobs, scheduler_config(policy, "topology", seed=0), WORLD, sharing=sharing_policy(opts, WORLD)
-    ).run()
+def run(jobs: list[SimJob], settings: SchedulerSettings, calendar: Calendar | None = None) -> dict[str, object]:
+    res = Engine(uniform_fabric(8, 8), jobs, settings, WORLD, calendar=calendar).run()
     return {r.job_id: r for r in res.records}
 
 
 def test_a_high_priority_job_preempts_and_the_victim_loses_only_work_since_its_checkpoint() -> None:
     jobs = [job("low", 0.0, 5000.0, 8), job("high", 2500.0, 100.0, 8, prio=PriorityClass.HIGH)]
-    r = run(jobs, SharingOptions(preemption=True))
+    r = run(jobs, SchedulerSettings())
     low, high = r["low"], r["high"]
     assert low.preemptions == 1 and high.start_s is not None and high.start_s < 2600.0  # type: ignore[attr-defined]
     # Checkpointed at t=2000: 500 s of 8 GPUs lost plus the restart overhead; the rest resumes after "high".
@@ -48,7 +35,7 @@ def test_a_high_priority_job_preempts_and_the_victim_loses_only_work_since_its_c
 
 def test_without_preemption_the_high_priority_job_waits() -> None:
     jobs = [job("low", 0.0, 5000.0, 8), job("high", 2500.0, 100.0, 8, prio=PriorityClass.HIGH)]
-    r = run(jobs, SharingOptions())
+    r = run(jobs, SchedulerSettings(preemption=False))
     assert r["low"].preemptions == 0 and r["high"].start_s == 5000.0  # type: ignore[attr-defined]
 
 
@@ -72,8 +59,8 @@ def test_a_window_opening_signals_a_checkpoint_then_preempts_the_borrower_after_
     jobs = [job("train", 0.0, 40000.0, 8, pool="training")]
     ends = {}
     for lend in (True, False):
-        pol = sharing_policy(SharingOptions(preemption=True, calendar=cal, lend_pools=lend), world)
-        res = Engine(uniform_fabric(8, 8), jobs, scheduler_config("priority", "topology", seed=0), world, sharing=pol)
+        settings = SchedulerSettings(lend_pools=lend)
+        res = Engine(uniform_fabric(8, 8), jobs, settings, world, calendar=cal)
         (tr,) = res.run().records
         assert tr.preemptions == 1
         # Checkpointed when signalled at 28,800 (its own last one was at 25,000); preempted 300 s later.
@@ -88,7 +75,7 @@ def test_an_owner_job_reclaims_its_lent_host_after_the_grace() -> None:
     cal = parse_calendar(CALENDAR, "cal.toml")
     jobs = [job("train", 0.0, 40000.0, 8, pool="training"), job("serve", 30000.0, 3600.0, 8, pool="inference",
             prio=PriorityClass.HIGH, preemptible=False)]  # fmt: skip
-    r = run(jobs, SharingOptions(preemption=True, calendar=cal))
+    r = run(jobs, SchedulerSettings(), cal)
     # Training is back on the idle inference host after the window opened (t=29,100); the service reclaims
     # it with a CHECKPOINT signal and starts when the grace counted from its submission ends.
     assert r["serve"].start_s == 30000.0 + 300.0  # type: ignore[attr-defined]
@@ -99,11 +86,9 @@ def test_services_keep_their_hosts_past_a_closing_window_with_a_demand_target() 
     cal = parse_calendar(CALENDAR.replace('default_pool = "training"', 'default_pool = "default"'), "cal.toml")
     # A replica from 19:00 (t=68,400) for two hours: the window closes under it at 20:00 (t=72,000).
     serve = SimJob(JobSpec("serve", 68400.0, pool="inference", priority=PriorityClass.HIGH), 7200.0, "inference")
-    pol = sharing_policy(SharingOptions(preemption=True, calendar=cal, lend_pools=False), WORLD)
-    fab = uniform_fabric(16, 8)
-    cfg = scheduler_config("priority", "topology", seed=0)
-    (plain,) = Engine(fab, [serve], cfg, WORLD, sharing=pol).run().records
-    (kept,) = Engine(fab, [serve], cfg, WORLD, sharing=pol, demand_headroom_gpus=0).run().records
+    fab, settings = uniform_fabric(16, 8), SchedulerSettings(lend_pools=False)
+    (plain,) = Engine(fab, [serve], settings, WORLD, calendar=cal).run().records
+    (kept,) = Engine(fab, [serve], settings, WORLD, calendar=cal, demand_headroom_gpus=0).run().records
     # A service is never reclaimed (brief I4): its host went back to the default pool, yet it runs to its end.
     assert plain.preemptions == 0 and plain.end_s == 68400.0 + 7200.0
     assert kept.preemptions == 0 and kept.end_s == 68400.0 + 7200.0

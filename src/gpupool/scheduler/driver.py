@@ -1,0 +1,130 @@
+"""One cycle's skeleton for both worlds: measure the inputs, ``schedule()``, apply what it decided.
+
+The server's loop (``server/loop.py``) and the simulator's engine (``sim/engine.py``) each own a
+``CycleDriver`` and call ``run_cycle`` with their clock's ``now_s``, their queue and an ``Actuator``: the
+server's assumes each decision in its ``ClusterState``, persists it and lets agents act after the commit;
+the simulator's applies it to the same ``ClusterState`` and to its simulated world. Everything both need
+lives here once: the per-cycle inputs (decayed usage per tenant; finished jobs' GPU-service for a policy
+that ``uses_service_history``), the order decisions are applied in (preemptions, then placements, then
+checkpoint signals, each signal once), and the report.
+
+Pure like the rest of the scheduler: no clock, no I/O; all effects go through the actuator, which the
+caller provides. It lives here, not in a package of its own, because both worlds may import the
+scheduler and neither may import the other.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Protocol
+
+from gpupool.cluster.snapshot import ClusterSnapshot
+from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec
+from gpupool.domain.sharing import PoolDemand, decayed
+from gpupool.scheduler.cycle import schedule
+from gpupool.scheduler.gittins import HistoryBuilder
+from gpupool.scheduler.policies import get_policy
+from gpupool.scheduler.types import (
+    CycleInputs,
+    Preemption,
+    SchedulerConfig,
+    ScheduleRequest,
+    ScheduleResult,
+    SharingPolicy,
+    Signal,
+    Waiting,
+)
+
+
+class Actuator(Protocol):
+    """What a world does with one cycle's decisions. ``preempt`` and ``place`` return whether it took effect
+    (the server's store may refuse a write; the next cycle then starts from what is stored)."""
+
+    def preempt(self, preemption: Preemption, now_s: float) -> bool: ...
+
+    def place(self, allocation: Allocation, now_s: float) -> bool: ...
+
+    def signal(self, signal: Signal, now_s: float) -> bool:
+        """A checkpoint signal, once per (job, preemption time) that took effect (the scheduler repeats it
+        every cycle until the preemption); False when the job is not running here (asked again next cycle)."""
+        ...
+
+    def waiting(self, waiting: Sequence[Waiting]) -> None:
+        """Every pending job not placed, with its reason (all of them, every cycle)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CycleRun:
+    request: ScheduleRequest  # what ``schedule()`` was asked (its snapshot, queue and inputs)
+    result: ScheduleResult
+    placed: int  # placements the actuator applied
+    preempted: int  # preemptions the actuator applied
+
+
+class UsageMeter:
+    """Decayed GPU-seconds per tenant (``fair``'s history), folded in from the jobs that hold GPUs each cycle."""
+
+    __slots__ = ("_at", "_half_life_s", "_usage")
+
+    def __init__(self, half_life_s: float) -> None:
+        self._half_life_s = half_life_s
+        self._usage: dict[str, float] = {}
+        self._at: float | None = None
+
+    def fold(self, snap: ClusterSnapshot, now_s: float) -> MappingProxyType[str, float]:
+        elapsed = 0.0 if self._at is None else max(0.0, now_s - self._at)
+        self._at = now_s
+        added: dict[str, float] = defaultdict(float)
+        for r in snap.running.values():
+            added[r.spec.tenant] += r.gpu_milli / MILLI_PER_GPU * elapsed
+        for tenant in set(self._usage) | set(added):
+            self._usage[tenant] = decayed(
+                self._usage.get(tenant, 0.0), elapsed, added.get(tenant, 0.0), self._half_life_s
+            )
+        return MappingProxyType(dict(self._usage))
+
+
+class CycleDriver:
+    """Owned by one loop (not thread-safe). Keeps what both worlds measure across cycles."""
+
+    def __init__(self, config: SchedulerConfig, usage_half_life_s: float) -> None:
+        self.config = config
+        # A policy that ranks by service (``gittins``) learns its distribution from completions.
+        uses_history = get_policy(config.policy).uses_service_history
+        self.history = HistoryBuilder(config.gittins) if uses_history else None
+        self.usage = UsageMeter(usage_half_life_s)
+        self._signalled: set[tuple[str, float]] = set()  # (job, preemption time) signalled already
+
+    def finished(self, spec: JobSpec, service_gpu_s: float) -> None:
+        """A job finished (not failed or cancelled) after ``service_gpu_s`` GPU-seconds over all its runs."""
+        if self.history is not None:
+            self.history.finished(spec.total_gpus, service_gpu_s, spec.submit_time_s)
+
+    def run_cycle(
+        self,
+        snapshot: ClusterSnapshot,
+        pending: Sequence[JobSpec],
+        sharing: SharingPolicy,
+        actuator: Actuator,
+        now_s: float,
+        *,
+        pool_demand: tuple[PoolDemand, ...] = (),
+    ) -> CycleRun:
+        history = self.history.history() if self.history is not None else None
+        inputs = CycleInputs(self.usage.fold(snapshot, now_s), pool_demand, history)
+        request = ScheduleRequest(snapshot, tuple(pending), now_s, self.config, sharing, inputs)
+        result = schedule(request)
+        preempted = sum(1 for p in result.preemptions if actuator.preempt(p, now_s))
+        placed = sum(1 for a in result.placements if actuator.place(a, now_s))
+        signalled = set()
+        for s in result.signals:
+            key = (s.job_id, s.preempt_at_s)
+            if key in self._signalled or actuator.signal(s, now_s):
+                signalled.add(key)
+        self._signalled = signalled
+        actuator.waiting(result.waiting)
+        return CycleRun(request, result, placed, preempted)
