@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -151,3 +152,44 @@ def test_two_replicas_each_hearing_one_rank_run_and_finish_the_gang(tmp_path: Pa
 
 def _both_ready(c: Cluster) -> tuple[int, int] | None:
     return (0, 1) if all((c.out / f"ready-{r}").exists() for r in (0, 1)) else None
+
+
+def keeps_beating(out: Path, name: str) -> str:
+    """A workload that ignores SIGTERM, writes its start time to ``<name>.start``, then the time to
+    ``<name>.alive`` every 20 ms (renamed into place) while it lives: its last value is when it was last
+    alive on its GPUs."""
+    return (
+        "import os, signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"path = {str(out / name)!r}\n"
+        "open(path + '.start.tmp', 'w').write(repr(time.time()))\n"
+        "os.replace(path + '.start.tmp', path + '.start')\n"
+        "while True:\n"
+        "    open(path + '.tmp', 'w').write(repr(time.time()))\n"
+        "    os.replace(path + '.tmp', path + '.alive')\n"
+        "    time.sleep(0.02)\n"
+    )
+
+
+def test_a_cancelled_job_keeps_its_gpus_until_its_process_is_gone(tmp_path: Path) -> None:
+    """Invariant: no two live processes on one GPU. A job using all 8 GPUs of the only host is cancelled; its
+    process ignores SIGTERM and lives until the agent's SIGKILL (3 s grace). A job waiting for those 8 GPUs
+    starts only after that process's last sign of life (both workloads' own timestamp files say so), and
+    the cancelled process did outlive its cancel (so the hold was tested)."""
+    c = Cluster(tmp_path, GPUPOOL_STOP_GRACE_S="3.0")
+    try:
+        start_agent(c, HOSTS[0], c.url)
+        until(lambda: c.nodes().get(HOSTS[0], {}).get("state") == "up", 90, "node up")
+        old = c.submit(keeps_beating(c.out, "old"), tasks=1, gpus=8)
+        until(lambda: (c.out / "old.alive").exists(), 30, "the old job alive")
+        new = c.submit(keeps_beating(c.out, "new"), tasks=1, gpus=8)
+        cancelled_at = time.time()
+        assert c.http.post(f"/v1/jobs/{old}/cancel").status_code == 200
+        until(lambda: (c.out / "new.start").exists(), 30, "the new job started")
+        first_new = float((c.out / "new.start").read_text())
+        last_old = float((c.out / "old.alive").read_text())
+        assert first_new > last_old, f"new job alive at {first_new}, the old one still at {last_old}"
+        assert last_old > cancelled_at + 2.0, "the old process outlived its cancel by the grace"
+        assert c.job(new)["state"] == "running"
+    finally:
+        c.close()

@@ -43,6 +43,8 @@ from gpupool.domain.events import (
     NodeLost,
     NodeRestored,
     PortCountersReported,
+    RanksReleased,
+    RanksReleasing,
     TelemetryReported,
 )
 from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec
@@ -86,6 +88,9 @@ class ClusterState:
         self._specs: dict[str, JobSpec] = {}
         self._pending: dict[str, JobSpec] = {}
         self._running: dict[str, RunningJob] = {}
+        # Stopped jobs' ranks whose processes may still run, per job: their GPUs count as used, so nothing is
+        # placed on them before their agents confirm the processes gone (``RanksReleased``).
+        self._releasing: dict[str, Allocation] = {}
         self._attained: dict[str, float] = {}
         self._preempted: dict[str, int] = {}
         self.version = 0
@@ -104,6 +109,11 @@ class ClusterState:
 
     def node_state(self, host: str) -> NodeState:
         return self._node[self._host(host)]
+
+    @property
+    def releasing(self) -> dict[str, Allocation]:
+        """Per stopped job, its ranks still holding GPUs until their processes are confirmed gone."""
+        return dict(self._releasing)
 
     def job_spec(self, job_id: str) -> JobSpec | None:
         return self._specs.get(job_id)
@@ -140,6 +150,18 @@ class ClusterState:
                 self._job_to(job_id, JobState.RUNNING)
                 r = self._running[job_id]
                 self._running[job_id] = replace(r, started_at_s=at)
+            case RanksReleasing(allocation=alloc):
+                # No capacity or node check: the GPUs were the job's a moment ago (or are on a lost node,
+                # fenced until it recovers); what they hold is added back, whatever else changed since.
+                old = self._releasing.pop(alloc.job_id, None)
+                if old is not None:
+                    self._give_back(old)
+                self._hold(alloc)
+                self._releasing[alloc.job_id] = alloc
+            case RanksReleased(job_id=job_id):
+                old = self._releasing.pop(job_id, None)
+                if old is not None:
+                    self._give_back(old)
             case JobCheckpointed(job_id=job_id, at_s=at):
                 if job_id not in self._running:
                     raise TransitionError(f"job {job_id}: checkpointed but not running")
@@ -198,7 +220,7 @@ class ClusterState:
         match event:
             case JobSubmitted() | JobStarted() | JobCheckpointed():
                 pass  # only the job maps changed
-            case JobPlaced() | JobFinished() | JobCancelled() | JobPreempted():
+            case JobPlaced() | JobFinished() | JobCancelled() | JobPreempted() | RanksReleasing() | RanksReleased():
                 self._usage_ro = None
             case NodeDrained() | NodeRestored() | NodeLabelled():
                 self._nodes_ro = None
@@ -326,14 +348,21 @@ class ClusterState:
         self._attained.pop(job_id, None)
         self._preempted.pop(job_id, None)
 
+    def _hold(self, alloc: Allocation, sign: int = 1) -> None:
+        """Add (``sign`` 1) or remove (-1) what ``alloc`` uses, unchecked."""
+        for h, gpus, milli, gmem, c, m in self._deltas(alloc):
+            whole = milli >= MILLI_PER_GPU and gmem == 0
+            self._used_milli[h, gpus] += sign * (MILLI_PER_GPU if whole else milli)
+            self._used_mem[h, gpus] += sign * (self.index.gpu_memory_mib[h, gpus] if whole else gmem)
+            self._cpu_used[h] += sign * c
+            self._mem_used[h] += sign * m
+
+    def _give_back(self, alloc: Allocation) -> None:
+        self._hold(alloc, -1)
+
     def _end(self, job_id: str, at_s: float, *, requeue: bool) -> None:
         r = self._running.pop(job_id)
-        for h, gpus, milli, gmem, c, m in self._deltas(r.allocation):
-            whole = milli >= MILLI_PER_GPU and gmem == 0
-            self._used_milli[h, gpus] -= MILLI_PER_GPU if whole else milli
-            self._used_mem[h, gpus] -= self.index.gpu_memory_mib[h, gpus] if whole else gmem
-            self._cpu_used[h] -= c
-            self._mem_used[h] -= m
+        self._give_back(r.allocation)
         if r.started_at_s is not None:
             service = max(0.0, at_s - r.started_at_s) * r.gpu_milli / MILLI_PER_GPU
             self._attained[job_id] = self._attained.get(job_id, 0.0) + service

@@ -65,6 +65,23 @@ class JobPreempted:
 
 
 @dataclass(frozen=True, slots=True)
+class RanksReleasing:
+    """A stopped job's ranks whose processes may still run: their GPUs stay held (``allocation``'s tasks are
+    all of the job's releasing ranks; it replaces what was held for the job before)."""
+
+    allocation: Allocation
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RanksReleased:
+    """Every releasing rank of a job is confirmed gone: its GPUs are free."""
+
+    job_id: str
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class JobCheckpointed:
     """The job saved its progress: work before ``at_s`` survives a preemption."""
 
@@ -146,6 +163,8 @@ Event = (
     | JobCancelled
     | JobPreempted
     | JobCheckpointed
+    | RanksReleasing
+    | RanksReleased
     | NodeLost
     | NodeDrained
     | NodeRestored

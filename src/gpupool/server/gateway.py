@@ -184,6 +184,7 @@ class AgentGateway:
         self._live.put(events)
         acked = self._apply(host, req.workloads)
         self._watch(host, req.workloads)
+        self._released(host, req.workloads)
         return HeartbeatReply(
             commands=tuple(self.commands(host, req.workloads)),
             heartbeat_interval_s=self._settings.heartbeat_interval_s,
@@ -194,7 +195,7 @@ class AgentGateway:
     def commands(self, host: str, workloads: Sequence[WorkloadStatus]) -> list[Command]:
         """What ``host`` must do, given what its agent says it runs: the one derivation behind heartbeat replies
         and the pushed commands (``push``). Checkpoint signals queued for the host are taken (sent once)."""
-        desired = {a.assignment_id: a for a in self._hosts.assignments(host)}
+        desired = {a.assignment_id: a for a in self._hosts.assignments(host) if not a.releasing}
         reported = {w.assignment_id: w for w in workloads}
         # Checkpoint signals first: a rank stopped in this same reply (its GPU turned bad) is asked to save
         # its work before its SIGTERM.
@@ -254,6 +255,25 @@ class AgentGateway:
             self._wake()
         return acked
 
+    def _released(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:
+        """Free the GPUs of ``host``'s releasing ranks whose processes its agent confirms gone: reported ended,
+        or no longer listed (an agent lists every process it runs). A rank launched or placed within the last
+        two beats is not judged by its absence: this beat may have left before its launch."""
+        listed = {w.assignment_id: w for w in workloads}
+        now, settle = self._clock(), 2 * self._settings.heartbeat_interval_s
+        gone = []
+        for a in self._hosts.assignments(host):
+            if not a.releasing:
+                continue
+            w = listed.get(a.assignment_id)
+            ended = w is not None and w.state in ("exited", "lost")
+            absent = w is None and now - max(a.launched_s or 0.0, a.placed_s or 0.0) > settle
+            if ended or absent:
+                gone.append(a.assignment_id)
+        if gone and self._store.release_ranks(host, gone):
+            self._hosts.invalidate()
+            self._wake()
+
     def _watch(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:
         """The watchdog: requeue or fail jobs whose ranks on ``host`` its agent never ran or no longer runs.
 
@@ -265,7 +285,10 @@ class AgentGateway:
         overdue = [
             a
             for a in self._hosts.assignments(host)
-            if a.assignment_id not in listed and not a.ended and a.placed_s is not None and now - a.placed_s > after
+            if a.assignment_id not in listed
+            and not (a.ended or a.releasing)
+            and a.placed_s is not None
+            and now - a.placed_s > after
         ]
         if not overdue:
             return

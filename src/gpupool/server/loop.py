@@ -41,6 +41,8 @@ from gpupool.domain.events import (
     NodeLabelled,
     NodeLost,
     NodeRestored,
+    RanksReleased,
+    RanksReleasing,
 )
 from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec
 from gpupool.domain.states import JobState, NodeState
@@ -295,7 +297,9 @@ class SchedulingLoop:
 
     def _preempt(self, state: ClusterState, job_id: str, reason: str, now: float) -> bool:
         try:
+            held = state.snapshot().running[job_id].allocation
             state.apply(JobPreempted(job_id, now, reason))
+            state.apply(RanksReleasing(held, now))  # its processes still run: nothing lands there this cycle
             rec = self._store.release_allocation(job_id, self._versions[job_id], ACTOR, reason=reason)
             self._changed()
         except (GpupoolError, KeyError) as e:
@@ -378,7 +382,7 @@ class SchedulingLoop:
 
     def requeue_host(self, host: str, reason: str) -> None:
         """Every job holding GPUs on ``host`` goes back to the queue, whole gang."""
-        for job_id in sorted({a.job_id for a in self._ops.assignments(host)}):
+        for job_id in sorted({a.job_id for a in self._ops.assignments(host) if not a.releasing}):
             for _ in range(3):
                 try:
                     rec = self._store.get_job(job_id)
@@ -408,6 +412,11 @@ class SchedulingLoop:
                     state.apply(JobStarted(alloc.job_id, rec.updated_s))
             except GpupoolError as e:
                 log.warning("stored allocation of %s does not fit the fabric: %s", alloc.job_id, e)
+        for alloc in loaded.releasing:
+            try:
+                state.apply(RanksReleasing(alloc, self._clock()))
+            except GpupoolError as e:
+                log.warning("releasing ranks of %s do not fit the fabric: %s", alloc.job_id, e)
         nodes = {n.name: n for n in loaded.nodes}
         for host in fabric.hosts:
             n = nodes.get(host.name)
@@ -469,11 +478,21 @@ class SchedulingLoop:
             for job_id, lj in live.items():
                 self._db_state[job_id] = lj.state
                 self._versions[job_id] = lj.version
+            self._sync_releasing(state, now)
             self._sync_nodes(state, now)
         except GpupoolError as e:
             log.info("state sync needs a rebuild: %s", e)
             return False
         return True
+
+    def _sync_releasing(self, state: ClusterState, now: float) -> None:
+        """Hold the GPUs of stopped jobs' ranks still releasing (whoever stopped them); free those confirmed gone."""
+        stored, held = self._store.releasing_allocations(), state.releasing
+        for job_id in held.keys() - stored.keys():
+            state.apply(RanksReleased(job_id, now))
+        for job_id, alloc in stored.items():
+            if held.get(job_id) != alloc:
+                state.apply(RanksReleasing(alloc, now))
 
     def _finished(self, ended: list[str]) -> set[str]:
         """Of the running jobs that left the live set, those that finished (not failed or cancelled): for a

@@ -2,8 +2,9 @@
 
 Every state change goes through ``gpupool.domain.states.transition`` and is written as a guarded update
 (``WHERE version = expected``) in the same transaction as its audit event, so a stale writer changes nothing.
-An allocation exists only while its job is placed or running: leaving those states deletes it and closes the
-job's usage intervals in the same transaction, so the stored GPUs in use are always the placed/running jobs'.
+An allocation is live while its job is placed or running: leaving those states closes the job's usage
+intervals and deletes its ended ranks in the same transaction; ranks still running become releasing and keep
+their GPUs (every placement check counts them) until their agent confirms their process gone.
 """
 
 from __future__ import annotations
@@ -336,7 +337,18 @@ class JobsMixin(StoreBase):
 
     @staticmethod
     def _free(s: Session, job_id: str, now: float) -> None:
-        s.execute(delete(AllocationRow).where(AllocationRow.job_id == job_id))
+        """The job no longer holds its allocation: ranks that ended, or were never reported launched, are
+        deleted; ranks whose process may still run become releasing, their GPUs held until their agent
+        confirms the process gone (``release_ranks``)."""
+        mine = AllocationRow.job_id == job_id
+        gone = or_(AllocationRow.exited_s.is_not(None), AllocationRow.launched_s.is_(None))
+        s.execute(delete(AllocationRow).where(mine, gone))
+        s.execute(
+            update(AllocationRow)
+            .where(mine, AllocationRow.releasing_s.is_(None))
+            .values(releasing_s=now)
+            .execution_options(synchronize_session=False)
+        )
         s.execute(
             update(UsageIntervalRow)
             .where(UsageIntervalRow.job_id == job_id, UsageIntervalRow.end_s.is_(None))

@@ -15,15 +15,17 @@ lists without ever reporting its end was lost by it (the job fails).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gpupool.domain.jobs import Allocation
 from gpupool.domain.states import JobState
 from gpupool.store.base import StoreBase
-from gpupool.store.jobs import HOLDING, JobsMixin, job_record
+from gpupool.store.jobs import HOLDING, JobsMixin, allocation_from_rows, job_record
 from gpupool.store.rows import AllocationRow, JobRow
 
 
@@ -83,7 +85,11 @@ class RanksMixin(JobsMixin, StoreBase):
             if job is None or job_record(job).state not in HOLDING:
                 return RankOutcome(False, False, None if job is None else JobState(job.state))
             rows = sorted(
-                s.scalars(select(AllocationRow).where(AllocationRow.job_id == report.job_id)),
+                s.scalars(
+                    select(AllocationRow).where(
+                        AllocationRow.job_id == report.job_id, AllocationRow.releasing_s.is_(None)
+                    )
+                ),
                 key=lambda r: r.task_index,
             )
             row = next((r for r in rows if (r.assignment, r.task_index) == (report.allocation, report.rank)), None)
@@ -160,6 +166,7 @@ class RanksMixin(JobsMixin, StoreBase):
                     AllocationRow.host == host,
                     JobRow.state.in_([st.value for st in HOLDING]),
                     AllocationRow.exited_s.is_(None),
+                    AllocationRow.releasing_s.is_(None),
                 )
             )
             candidates = [
@@ -186,7 +193,13 @@ class RanksMixin(JobsMixin, StoreBase):
             lock = select(JobRow).where(JobRow.id == job_id)
             job = s.scalar(lock.with_for_update() if self._postgres else lock)
             row = s.get(AllocationRow, (job_id, alloc, rank))
-            if job is None or JobState(job.state) not in HOLDING or row is None or row.launched_s is not None:
+            if (
+                job is None
+                or JobState(job.state) not in HOLDING
+                or row is None
+                or row.launched_s is not None
+                or row.releasing_s is not None
+            ):
                 return False
             now, before = self._clock(), job.state
             self._guard(s, job_id, job.version, JobState.PENDING)
@@ -195,3 +208,27 @@ class RanksMixin(JobsMixin, StoreBase):
             data = {"from": before, "to": JobState.PENDING.value, "reason": why}
             self._audit(s, actor, "job.pending", f"job/{job_id}", data, now)
             return True
+
+    # -- releasing ranks ---------------------------------------------------------------------------------------
+    def release_ranks(self, host: str, assignment_ids: Collection[str]) -> int:
+        """Free the releasing ranks of ``host`` named (their agent confirmed their processes gone): their GPUs
+        become placeable. A rank that is not releasing is left alone. Returns how many were freed."""
+        keys = [k for k in map(parse_assignment_id, assignment_ids) if k is not None]
+        if not keys:
+            return 0
+        freed = 0
+        with self._tx(write=True) as s:
+            for job_id, alloc, rank in keys:
+                row = s.get(AllocationRow, (job_id, alloc, rank))
+                if row is not None and row.host == host and row.releasing_s is not None:
+                    s.delete(row)
+                    freed += 1
+        return freed
+
+    def releasing_allocations(self) -> dict[str, Allocation]:
+        """Per job, its releasing ranks (the scheduling loop holds their GPUs): one read of those rows only."""
+        by_job: dict[str, list[AllocationRow]] = defaultdict(list)
+        with self._tx(write=False) as s:
+            for row in s.scalars(select(AllocationRow).where(AllocationRow.releasing_s.is_not(None))):
+                by_job[row.job_id].append(row)
+        return {j: allocation_from_rows(j, rows) for j, rows in by_job.items()}

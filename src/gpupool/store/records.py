@@ -101,3 +101,4 @@ class LoadedState:
     allocations: tuple[Allocation, ...]  # the current allocation of every placed or running job
     nodes: tuple[NodeRecord, ...]
     fabric: StoredFabric | None
+    releasing: tuple[Allocation, ...] = ()  # per job, its ranks releasing GPUs (their processes not yet gone)

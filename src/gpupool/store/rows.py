@@ -110,6 +110,9 @@ class AllocationRow(Base):
     exited_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)  # negative: killed by that signal
     lost: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())  # its agent lost it
+    # Set when the job left placed/running while this rank's process may still run (migration 0005): the row
+    # keeps its GPUs held until the agent confirms the process gone. NULL: the job's live allocation.
+    releasing_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class NodeRow(Base):

@@ -108,6 +108,10 @@ class Assignment:
     launched: bool = False
     started: bool = False
     ended: bool = False
+    # Its job stopped while its process may still run: not to be launched or kept, only seen gone (its GPUs
+    # stay held until then).
+    releasing: bool = False
+    launched_s: float | None = None
 
 
 def assignment_id(job_id: str, assignment: int, rank: int) -> str:
@@ -388,7 +392,8 @@ class ServerOps:
                     )
 
     def assignments(self, host: str | None = None) -> list[Assignment]:
-        """The ranks agents should run: every allocation of a placed or running job (on ``host`` if given)."""
+        """The ranks on hosts (on ``host`` if given): every live allocation row of a placed or running job, which
+        agents should run, and every releasing one (``releasing``), which they should stop."""
         q = select(AllocationRow, JobRow.state).join(JobRow, JobRow.id == AllocationRow.job_id)
         if host is not None:
             q = q.where(AllocationRow.host == host)
@@ -408,13 +413,17 @@ class ServerOps:
                         a.launched_s is not None,
                         a.started_s is not None,
                         a.exited_s is not None,
+                        a.releasing_s is not None,
+                        a.launched_s,
                     )
                 )
         return out
 
     def job_assignments(self, job_id: str) -> list[Assignment]:
         with self.store._tx(write=False) as s:
-            rows = s.scalars(select(AllocationRow).where(AllocationRow.job_id == job_id)).all()
+            rows = s.scalars(
+                select(AllocationRow).where(AllocationRow.job_id == job_id, AllocationRow.releasing_s.is_(None))
+            ).all()
             state = s.scalar(select(JobRow.state).where(JobRow.id == job_id))
         if state is None:
             return []

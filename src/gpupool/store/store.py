@@ -56,8 +56,9 @@ class Store(RanksMixin, AdminMixin):
                 select(JobRow).where(JobRow.state.in_(_LIVE)).order_by(JobRow.submit_time_s, JobRow.id)
             ).all()
             by_job: dict[str, list[AllocationRow]] = defaultdict(list)
+            releasing: dict[str, list[AllocationRow]] = defaultdict(list)
             for a in s.scalars(select(AllocationRow)):
-                by_job[a.job_id].append(a)
+                (by_job if a.releasing_s is None else releasing)[a.job_id].append(a)
             nodes = s.scalars(select(NodeRow).order_by(NodeRow.name)).all()
             fabric = s.get(FabricRow, 1)
             return LoadedState(
@@ -65,4 +66,5 @@ class Store(RanksMixin, AdminMixin):
                 allocations=tuple(allocation_from_rows(j, by_job[j]) for j in sorted(by_job)),
                 nodes=tuple(node_record(n) for n in nodes),
                 fabric=None if fabric is None else stored_fabric(fabric),
+                releasing=tuple(allocation_from_rows(j, releasing[j]) for j in sorted(releasing)),
             )

@@ -125,6 +125,11 @@ def test_a_lost_node_requeues_its_gang_and_stops_the_stale_rank_when_it_returns(
     cmds = api.beat("gpu-01", n1, [status(l1, "running")])
     assert [c["kind"] for c in cmds] == ["stop"] and cmds[0]["assignment_id"] == l1["assignment_id"]
     assert api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "pending"
+    # Both stale ranks still hold their GPUs (releasing) while their processes run: nothing is placed there.
+    assert api.srv.loop.run_cycle().placed == 0
+    # Their agents report them gone (killed by the stop): the GPUs are free again.
+    api.beat("gpu-02", n2, [status(l2, "exited", -15)])
+    api.beat("gpu-01", n1, [status(l1, "exited", -15)])
     # Placed again, under a new assignment id.
     assert api.srv.loop.run_cycle().placed == 1
     relaunch = [c for c in api.beat("gpu-01", n1) if c["kind"] == "launch"]
@@ -150,15 +155,18 @@ def test_a_requeued_gang_runs_only_when_every_new_rank_started(api: Api) -> None
     for h in others:
         api.beat(h, nodes[h], [status(first[h], "running")] if h in first else [])
     api.clock.t += 20  # the victim silent for 40 s > 30 s
-    api.srv.loop.run_cycle()  # lost, gang requeued (and placed again in the same cycle)
+    api.srv.loop.run_cycle()  # lost, gang requeued; the surviving old rank still holds its GPUs (releasing)
+    assert api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "pending"
+    for h in others:  # the surviving old rank is stopped and its agent reports it gone
+        if h in first:
+            api.beat(h, nodes[h], [status(first[h], "exited", -15)])
     api.srv.loop.run_cycle()
     assert api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "placed"
     events = api.client.get(f"/v1/jobs/{job_id}/events", headers=alice).json()["events"]
     assert [e["action"] for e in events].count("job.placed") == 2
-    old = {h: [status(first[h], "running")] if h in first else [] for h in others}
     launches = {}
     for h in others:
-        cmds = api.beat(h, nodes[h], old[h])
+        cmds = api.beat(h, nodes[h])
         launches[h] = next(c for c in cmds if c["kind"] == "launch")
         assert launches[h]["assignment_id"] not in {c["assignment_id"] for c in first.values()}
     a, b = others
