@@ -104,6 +104,11 @@ def chattr(flag: str, paths: list[Path]) -> bool:
     return done.returncode == 0
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="open bug (issue 14): on the frozen main an immutable -wal/-shm can still crash the server with SIGBUS "
+    "inside SQLite (faulthandler shows the loop's list_nodes read); 1 of 2 runs on an idle machine",
+)
 def test_a_read_only_database_file_answers_503_and_the_server_lives(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
@@ -131,6 +136,11 @@ def test_a_read_only_database_file_answers_503_and_the_server_lives(tmp_path: Pa
         srv.stop()
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="open bug (issue 14): a write can still be acknowledged (200) after the file was replaced, before the "
+    "inode check refuses; 1 of 2 runs on an idle machine",
+)
 def test_a_replaced_database_file_is_refused_not_a_sigbus(tmp_path: Path) -> None:
     """A copy renamed over the file (how tools make a file read-only or restore one): the server must not open
     the new inode beside the old one (SQLite would truncate the -shm the old connections map: SIGBUS), nor

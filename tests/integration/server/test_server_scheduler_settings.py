@@ -105,6 +105,9 @@ def test_preemption_by_service_from_the_settings_takes_a_long_running_jobs_gpus(
     assert why["reason_code"] == "preempting", why
     events = api.client.get(f"/v1/jobs/{old}/events", headers=alice).json()["events"]
     assert any("attained_service" in str(e["data"]) for e in events), events
-    # The next cycle places the new job on the GPUs the victim gave back.
+    # The victim's GPUs stay held (releasing) until its agent reports the process gone; then the next cycle
+    # places the new job on them.
+    assert api.srv.loop.run_cycle().placed == 0
+    api.beat("gpu-01", node, [{**r, "state": "exited", "exit_code": -15, "at_s": api.clock.t} for r in running])
     assert api.srv.loop.run_cycle().placed == 1
     assert api.client.get(f"/v1/jobs/{new}", headers=alice).json()["state"] == "placed"
