@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -17,14 +16,9 @@ import uvicorn
 
 from gpupool.server.app import create_app
 from gpupool.server.settings import Settings
+from procs import free_port
 
 ADMIN = "cli-admin-token-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

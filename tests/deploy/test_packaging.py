@@ -17,10 +17,8 @@ import socket
 import subprocess
 import sys
 import tarfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -28,6 +26,7 @@ import pytest
 from gpupool import __version__
 from gpupool.fabric import jsonio
 from gpupool.fabric.generators import leaf_spine
+from procs import until
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -38,15 +37,10 @@ NOT_ON_A_NODE = {"fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "ps
 NOT_ON_A_NODE |= {"prometheus-client", "matplotlib", "pillow", "fonttools", "python-json-logger"}
 
 
-def until(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (got := cond()):
-        assert time.monotonic() < deadline, f"{what} not met within {timeout_s} s"
-        time.sleep(0.05)
-    return got
-
-
 def run(*argv: str | Path, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``argv`` without the caller's PYTHONPATH: a fresh environment must find only what was installed in it
+    (a source tree on the path would hide a missing file or dependency, and confuses pip's view of it)."""
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PYTHONPATH"}
     return subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env, timeout=timeout)
 
 

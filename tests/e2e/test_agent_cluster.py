@@ -10,150 +10,18 @@ Short heartbeats (0.2 s) and a short lost-timeout (3 s) keep it quick; every wai
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
 import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
-from gpupool.agent.runtime import process_start_ticks
-from gpupool.fabric import jsonio
+from e2e_cluster import HOSTS, LOST_AFTER_S, Cluster, all_up, env_writer, ranks_of, ranks_when, start_gang
 from gpupool.fabric.export.nccl import nccl_ib_hca
-from gpupool.fabric.generators import superpod
 from gpupool.fabric.parsers.nvidia_smi import parse_query_xml
-from isolation_support import python_for_others
-
-PY = sys.executable
-ADMIN = "e2e-admin"
-HOSTS = ("dgx001", "dgx002", "dgx003", "dgx004")
-LOST_AFTER_S = 3.0  # a loaded 2-core build box can delay a 0.2 s beat by a second or more
-# The server as a real process: its app under uvicorn, configured only through GPUPOOL_* variables.
-SERVER = (
-    "import uvicorn\n"
-    "from gpupool.server.app import create_app\n"
-    "from gpupool.server.settings import load_settings\n"
-    "s = load_settings()\n"
-    "uvicorn.run(create_app(s), host=s.host, port=s.port, log_level='warning', timeout_graceful_shutdown=3)\n"
-)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def until(cond: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = cond()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what} not met within {timeout_s} s"
-        time.sleep(0.05)
-
-
-class Cluster:
-    def __init__(self, root: Path, **settings: str) -> None:
-        """``settings``: GPUPOOL_* variables of the server beyond the defaults below."""
-        self.root = root
-        self.fabric = superpod(1)
-        self.fabric_path = root / "fabric.json"
-        jsonio.save(self.fabric, self.fabric_path)
-        (root / "data").mkdir()
-        self.work = Path(tempfile.mkdtemp(prefix="gpupool-e2e-work-"))  # jobs' users may enter it, not list it
-        self.work.chmod(0o711)
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        env = dict(
-            os.environ,
-            GPUPOOL_DATA_DIR=str(root / "data"),
-            GPUPOOL_ADMIN_TOKEN=ADMIN,
-            GPUPOOL_PORT=str(port),
-            GPUPOOL_HEARTBEAT_INTERVAL_S="0.2",
-            GPUPOOL_NODE_LOST_AFTER_S=str(LOST_AFTER_S),
-            GPUPOOL_SCHEDULE_PERIOD_S="0.2",
-            GPUPOOL_STOP_GRACE_S="1.0",  # SIGTERM -> SIGKILL after 1 s: the cancel test waits 15 s, not 30
-        )
-        env.update(settings)
-        self.env = env
-        self.server = subprocess.Popen([PY, "-c", SERVER], env=env)
-        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
-        until(self._healthy, 30, "server up")
-        r = self.http.put(
-            "/v1/fabric", content=self.fabric_path.read_text(), headers={"Content-Type": "application/json"}
-        )
-        assert r.status_code == 200, r.text
-        self.join = self.http.post("/v1/join-tokens", json={}).json()["token"]
-        assert self.http.post("/v1/tenants", json={"name": "acme"}).status_code == 201
-        self.agents: dict[str, subprocess.Popen[bytes]] = {}
-
-    def _healthy(self) -> bool:
-        try:
-            return self.http.get("/healthz").status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def start_agent(self, host: str) -> None:
-        argv = [PY, "-m", "gpupool", "agent", "--server", self.url, "--join-token", self.join, "--host", host]
-        argv += ["--state-dir", str(self.root / host), "--emulate", "--fabric", str(self.fabric_path)]
-        argv += ["--work-dir", str(self.work / host)]
-        self.agents[host] = subprocess.Popen([*argv, "--stop-workloads-on-exit"], stderr=subprocess.DEVNULL)
-
-    def nodes(self) -> dict[str, dict[str, Any]]:
-        return {n["name"]: n for n in self.http.get("/v1/nodes").json()["nodes"]}
-
-    def submit(self, code: str, tasks: int, gpus: int, **kw: Any) -> str:
-        body = {
-            "command": [python_for_others(), "-c", code],
-            "tasks": tasks,
-            "gpus_per_task": gpus,
-            "tenant": "acme",
-            **kw,
-        }
-        r = self.http.post("/v1/jobs", json=body)
-        assert r.status_code == 201, r.text
-        return str(r.json()["job"]["id"])
-
-    def job(self, job_id: str) -> dict[str, Any]:
-        return dict(self.http.get(f"/v1/jobs/{job_id}").json())
-
-    def launch_records(self) -> Iterator[dict[str, Any]]:
-        for host in HOSTS:
-            for f in (self.root / host / "workloads").glob("*/launch.json"):
-                yield json.loads(f.read_text())
-
-    def close(self) -> None:
-        for p in self.agents.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.agents.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=15)
-        # What an agent killed with -9 left behind: ours only if the start time still matches.
-        for rec in self.launch_records():
-            now = process_start_ticks(rec["pid"])
-            if now is not None and now[0] == rec["start_ticks"]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(rec["pid"], signal.SIGKILL)
-        self.server.send_signal(signal.SIGTERM)
-        try:
-            self.server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.server.kill()
-        self.http.close()
-        shutil.rmtree(self.work, ignore_errors=True)
+from procs import until
 
 
 @pytest.fixture
@@ -162,40 +30,10 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     try:
         for h in HOSTS:
             c.start_agent(h)
-        until(lambda: len(c.nodes()) == len(HOSTS) and {n["state"] for n in c.nodes().values()} == {"up"}, 90, "nodes")
+        until(lambda: all_up(c), 90, "nodes")
         yield c
     finally:
         c.close()
-
-
-def env_writer(then: str = "time.sleep(120)") -> str:
-    """A workload that prints its env as one JSON line to its log, then ``then``."""
-    return f"import json, os, signal, sys, time\nprint(json.dumps({{'env': dict(os.environ)}}), flush=True)\n{then}\n"
-
-
-def ranks_of(c: Cluster, job_id: str) -> dict[str, dict[str, Any]]:
-    """Assignment id -> what its workload printed, with the host whose agent ran it (<state>/<host>/workloads/)."""
-    out = {}
-    for host in HOSTS:
-        for log in (c.root / host / "workloads").glob("*/stdout.log"):
-            line = log.read_text().partition("\n")
-            if not line[1]:
-                continue  # not printed yet, or only half
-            rec = json.loads(line[0])
-            if rec["env"]["GPUPOOL_JOB_ID"] == job_id:
-                out[log.parent.name] = {**rec, "host": host}
-    return out
-
-
-def ranks_when(c: Cluster, job_id: str, n: int) -> dict[str, dict[str, Any]] | None:
-    r = ranks_of(c, job_id)
-    return r if len(r) == n else None
-
-
-def start_gang(c: Cluster) -> tuple[str, dict[str, dict[str, Any]]]:
-    job = c.submit(env_writer(), tasks=2, gpus=8)
-    until(lambda: c.job(job)["state"] == "running", 30, "gang running")
-    return job, until(lambda: ranks_when(c, job, 2), 20, "both ranks wrote their env")
 
 
 def test_gang_starts_on_two_hosts_with_ranks_and_rail_hcas(cluster: Cluster) -> None:

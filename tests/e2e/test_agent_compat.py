@@ -19,29 +19,20 @@ import socket
 import subprocess
 import sys
 import tarfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from gpupool.fabric import jsonio
 from gpupool.fabric.generators import leaf_spine
+from procs import until
 
 PREVIOUS_RELEASE = "d3c2f50235271cbdf1529d344ed868cad0649ff3"  # 0.2.0: the first tolerant agent
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 ADMIN = "compat-admin"
-
-
-def until(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (got := cond()):
-        assert time.monotonic() < deadline, f"{what} not met within {timeout_s} s"
-        time.sleep(0.05)
-    return got
 
 
 def previous_release_src(dest: Path) -> Path:

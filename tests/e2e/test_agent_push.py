@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_agent_cluster import PY, SERVER, Cluster, until
+
+from e2e_cluster import Cluster
+from procs import PY, SERVER, healthy, until
 
 AGENTS = ("dgx001", "dgx002")
 BEAT_S = 60.0  # no beat falls inside a test after the agents' first one
@@ -85,7 +87,7 @@ def test_a_server_killed_under_open_polls_comes_back_and_what_it_placed_meanwhil
     c.server.send_signal(signal.SIGKILL)
     c.server.wait(10)
     c.server = subprocess.Popen([PY, "-c", SERVER], env=c.env)
-    until(c._healthy, 30, "server restarted")
+    until(lambda: healthy(c.http), 30, "server restarted")
     after = c.submit(starter(), tasks=1, gpus=1)
     until(lambda: c.job(after)["state"] == "placed", 30, "placed while the agents are away")
     for p in c.agents.values():

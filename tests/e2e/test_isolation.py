@@ -13,12 +13,8 @@ import contextlib
 import json
 import os
 import secrets
-import signal
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,35 +27,12 @@ from gpupool.agent.runtime import process_start_ticks
 from gpupool.fabric import jsonio
 from gpupool.fabric.generators import superpod
 from isolation_support import mknod, needs_v1, open_dir, python_for_others, remove_cgroups, throwaway_users
+from procs import PY, SERVER, free_port, healthy, stop, until
 
 pytestmark = needs_v1
 
-PY = sys.executable
 ADMIN = "iso-admin"
 HOST = "dgx001"
-SERVER = (
-    "import uvicorn\n"
-    "from gpupool.server.app import create_app\n"
-    "from gpupool.server.settings import load_settings\n"
-    "s = load_settings()\n"
-    "uvicorn.run(create_app(s), host=s.host, port=s.port, log_level='warning')\n"
-)
-
-
-def until(cond: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = cond()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what} not met within {timeout_s} s"
-        time.sleep(0.05)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -128,10 +101,10 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
                    GPUPOOL_SCHEDULE_PERIOD_S="0.2", GPUPOOL_STOP_GRACE_S="1.0")  # fmt: skip
         (root / "data").mkdir()
         server = subprocess.Popen([PY, "-c", SERVER], env=env)
-        stack.callback(_stop, server)
+        stack.callback(stop, server)
         http = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {ADMIN}"})
         stack.callback(http.close)
-        until(lambda: _healthy(http), 60, "server up")
+        until(lambda: healthy(http), 60, "server up")
         r = http.put("/v1/fabric", content=fabric.read_text(), headers={"Content-Type": "application/json"})
         assert r.status_code == 200, r.text
         join = http.post("/v1/join-tokens", json={}).json()["token"]
@@ -145,28 +118,11 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
                 "--dev-dir", str(dev), "--cgroup-parent", parent, "--stop-workloads-on-exit"]  # fmt: skip
         agent = subprocess.Popen(argv)
         stack.callback(remove_cgroups, parent)
-        stack.callback(_stop, agent)
+        stack.callback(stop, agent)
         nodes = lambda: http.get("/v1/nodes").json()["nodes"]  # noqa: E731
         until(lambda: [n["state"] for n in nodes()] == ["up"], 60, "the node up")
         yield Node(root, place, http, server, agent, join, users, tokens)
         assert agent.poll() is None, "the agent exited"
-
-
-def _healthy(http: httpx.Client) -> bool:
-    try:
-        return http.get("/healthz").status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _stop(p: subprocess.Popen[bytes]) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-    try:
-        p.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
 
 
 # Bob's job: a file in its working directory, a line in its log, a variable in its environment.

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from test_agent_cluster import PY, SERVER, Cluster, free_port, until
-from test_server_processes import pg_schema
+
+from e2e_cluster import Cluster
+from procs import PY, SERVER, free_port, healthy, pg_schema, until
 
 HOSTS = ("dgx001", "dgx002")
 
@@ -73,7 +74,7 @@ def rank_rows(url: str, job_id: str) -> list[dict[str, Any]]:
 
 def restart_server(c: Cluster) -> None:
     c.server = subprocess.Popen([PY, "-c", SERVER], env=c.env)
-    until(c._healthy, 30, "server back")
+    until(lambda: healthy(c.http), 30, "server back")
 
 
 @pytest.fixture

@@ -3,109 +3,18 @@ failover between two replicas on PostgreSQL. Everything waits on conditions with
 
 from __future__ import annotations
 
-import os
-import secrets
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
-from sqlalchemy.engine import make_url
 
 from gpupool.store import Store
-
-ADMIN = "e2e-admin-token-0123456789abcdef"
-PG = os.environ.get("GPUPOOL_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(cond: Callable[[], bool], timeout_s: float, what: str) -> float:
-    start = time.monotonic()
-    while not cond():
-        if time.monotonic() - start > timeout_s:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        threading.Event().wait(0.05)  # poll interval, bounded by the deadline above
-    return time.monotonic() - start
-
-
-class ServerProc:
-    def __init__(self, url: str, data: Path, log: Path) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        env = {
-            **os.environ,
-            "GPUPOOL_DATABASE_URL": url,
-            "GPUPOOL_DATA_DIR": str(data),
-            "GPUPOOL_ADMIN_TOKEN": ADMIN,
-            "GPUPOOL_PORT": str(self.port),
-            "GPUPOOL_SCHEDULE_PERIOD_S": "0.2",
-            "GPUPOOL_LEADER_RETRY_S": "0.2",
-            "GPUPOOL_NODE_LOST_AFTER_S": "600",
-        }
-        self.log = log.open("a")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpupool", "server"], env=env, stdout=self.log, stderr=subprocess.STDOUT
-        )
-        wait_for(self.up, 30, f"server on port {self.port}")
-
-    def health(self) -> dict[str, Any] | None:
-        try:
-            r = httpx.get(f"{self.base}/healthz", timeout=1.0)
-        except httpx.HTTPError:
-            return None
-        return dict(r.json()) if r.status_code == 200 else None
-
-    def up(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"server exited with {self.proc.returncode}")
-        return self.health() is not None
-
-    def kill9(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
-
-
-def pg_schema() -> Iterator[str]:
-    libpq = make_url(PG).set(drivername="postgresql").render_as_string(hide_password=False)
-    try:
-        psycopg.connect(libpq, connect_timeout=2).close()
-    except psycopg.Error as e:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set but PostgreSQL does not answer: {e}")
-        pytest.skip("PostgreSQL does not answer")
-    schema = f"e_{secrets.token_hex(6)}"
-    with psycopg.connect(libpq, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield (
-            make_url(PG).update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
-        )
-    finally:
-        with psycopg.connect(libpq, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+from procs import ADMIN, ServerProc, pg_schema, wait_for
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -211,8 +120,8 @@ def test_failover_the_standby_schedules_within_10_s_and_never_both(tmp_path: Pat
     a = ServerProc(url, tmp_path, tmp_path / "a.log")
     b = ServerProc(url, tmp_path, tmp_path / "b.log")
     try:
-        wait_for(lambda: any((s.health() or {}).get("leader") for s in (a, b)), 10, "a leader")
-        leaders = [s for s in (a, b) if (s.health() or {}).get("leader")]
+        wait_for(lambda: any(s.is_leader() for s in (a, b)), 10, "a leader")
+        leaders = [s for s in (a, b) if s.is_leader()]
         assert len(leaders) == 1
         leader, standby = (a, b) if leaders[0] is a else (b, a)
         token = setup_pool(standby.base, hosts=1)
@@ -233,12 +142,12 @@ def test_failover_the_standby_schedules_within_10_s_and_never_both(tmp_path: Pat
             "placement after failover",
         )
         assert time.monotonic() - killed_at < 10 and took < 10
-        assert (standby.health() or {}).get("leader") is True
+        assert standby.is_leader()
         # The old leader comes back as a standby: two processes, one leader.
         c = ServerProc(url, tmp_path, tmp_path / "c.log")
         try:
             for _ in range(20):
-                flags = [(s.health() or {}).get("leader") for s in (standby, c)]
+                flags = [s.is_leader() for s in (standby, c)]
                 assert flags.count(True) == 1, flags
         finally:
             c.stop()

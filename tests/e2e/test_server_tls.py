@@ -13,14 +13,11 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -28,23 +25,10 @@ import trustme
 
 from gpupool.fabric import jsonio
 from gpupool.fabric.generators import leaf_spine
+from procs import free_port, until
 
 PY = sys.executable
 ADMIN = "tls-admin"
-
-
-def until(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (got := cond()):
-        assert time.monotonic() < deadline, f"{what} not met within {timeout_s} s"
-        time.sleep(0.05)
-    return got
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def server_env(tmp_path: Path, port: int, **settings: str) -> dict[str, str]:

@@ -9,14 +9,10 @@ programs. Bounded: 30 submissions, the same ones every run (derandomized).
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import pytest
@@ -26,27 +22,10 @@ from hypothesis import strategies as st
 from gpupool.fabric import jsonio
 from gpupool.fabric.generators import superpod
 from isolation_support import open_dir
+from procs import PY, SERVER, healthy, stop, until
 
-PY = sys.executable
 ADMIN = "fuzz-admin"
-SERVER = (
-    "import uvicorn\n"
-    "from gpupool.server.app import create_app\n"
-    "from gpupool.server.settings import load_settings\n"
-    "s = load_settings()\n"
-    "uvicorn.run(create_app(s), host=s.host, port=s.port, log_level='warning')\n"
-)
 DONE = ("finished", "failed", "cancelled")
-
-
-def until(cond: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = cond()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what} not met within {timeout_s} s"
-        time.sleep(0.05)
 
 
 @dataclass
@@ -54,16 +33,6 @@ class Pool:
     http: httpx.Client
     tenant: dict[str, str]
     agent: subprocess.Popen[bytes]
-
-
-def _stop(p: subprocess.Popen[bytes]) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-    try:
-        p.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +52,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
     agent: subprocess.Popen[bytes] | None = None
     with open_dir("gpupool-fuzz-") as place:
         try:
-            until(lambda: _healthy(http), 60, "server up")
+            until(lambda: healthy(http), 60, "server up")
             assert http.put("/v1/fabric", content=fabric.read_text(), headers={"Content-Type": "application/json"})
             join = http.post("/v1/join-tokens", json={}).json()["token"]
             http.post("/v1/tenants", json={"name": "fuzz"})
@@ -97,16 +66,9 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
             assert agent.poll() is None, f"the agent exited with {agent.returncode}"
         finally:
             if agent is not None:
-                _stop(agent)
-            _stop(server)
+                stop(agent)
+            stop(server)
             http.close()
-
-
-def _healthy(http: httpx.Client) -> bool:
-    try:
-        return http.get("/healthz").status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 # Text that has broken agents: NULs, '=', newlines and other control characters, non-ASCII, nothing at all.

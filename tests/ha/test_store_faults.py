@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from procs import ServerProc, wait_for
 
 BIG_ENV = {"PAYLOAD": "x" * 8000}  # a submit that needs fresh pages: a full disk fails it

@@ -15,7 +15,6 @@ import secrets
 import signal
 import stat
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,15 +34,13 @@ from isolation_support import (
     remove_cgroups,
     throwaway_users,
 )
+from procs import until as poll_until
 
 PATH = {"PATH": "/usr/bin:/bin"}
 
 
 def until(cond: Callable[[], object], timeout_s: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"{what} not met within {timeout_s} s"
-        time.sleep(0.01)
+    poll_until(cond, timeout_s, what, every_s=0.01)
 
 
 def gone(pid: int) -> bool:

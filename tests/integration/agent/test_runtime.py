@@ -18,16 +18,14 @@ import pytest
 from gpupool.agent.runtime import WorkloadRuntime, WorkloadState, process_start_ticks
 from gpupool.domain.errors import InputError, ParseError
 from gpupool.domain.workload import workload_env
+from procs import until as poll_until
 
 PY = sys.executable
 BASE = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
 
-def until(cond: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        time.sleep(0.005)
+def until(cond: Callable[[], object], timeout_s: float = 5.0, what: str = "condition") -> None:
+    poll_until(cond, timeout_s, what, every_s=0.005)
 
 
 def finished(rt: WorkloadRuntime, aid: str) -> bool:

@@ -12,14 +12,13 @@ from typing import Any
 
 from server_api_helpers import Api, Clock, make_api
 
+from procs import until as poll_until
+
 JOB = {"command": ["python", "-c", "print('hi')"], "tasks": 1, "gpus_per_task": 2}
 
 
-def until(cond: Callable[[], object], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        time.sleep(0.01)
+def until(cond: Callable[[], object], timeout_s: float = 10.0, what: str = "condition") -> None:
+    poll_until(cond, timeout_s, what, every_s=0.01)
 
 
 class Poll:

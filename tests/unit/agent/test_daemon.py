@@ -27,6 +27,7 @@ from gpupool.agent.reporter import Backoff, BackoffPolicy, RegistrationRefusedEr
 from gpupool.fabric import jsonio
 from gpupool.fabric.generators import superpod
 from gpupool.schemas import agent as wire
+from procs import until as poll_until
 
 PY = sys.executable
 JOIN = "join-secret"
@@ -133,11 +134,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, wire.HeartbeatReply(commands=cmds, heartbeat_interval_s=srv.interval_s, server_time_s=now))
 
 
-def until(cond: Callable[[], object], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        time.sleep(0.01)
+def until(cond: Callable[[], object], timeout_s: float = 10.0, what: str = "condition") -> None:
+    poll_until(cond, timeout_s, what, every_s=0.01)
 
 
 @pytest.fixture
