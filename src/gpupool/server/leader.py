@@ -13,8 +13,9 @@ import logging
 import zlib
 
 from sqlalchemy import Connection, Engine, create_engine, text
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
+
+from gpupool.store.engine import parse_url, postgres_url
 
 log = logging.getLogger("gpupool.server.leader")
 
@@ -26,9 +27,10 @@ def lock_key(url: str) -> int:
 
 class LeaderLock:
     def __init__(self, url: str) -> None:
-        self._postgres = make_url(url).get_backend_name() == "postgresql"
+        parsed = parse_url(url)
+        self._postgres = parsed.get_backend_name() == "postgresql"
         self._key = lock_key(url)
-        self._engine: Engine | None = create_engine(url, poolclass=None) if self._postgres else None
+        self._engine: Engine | None = create_engine(postgres_url(parsed)) if self._postgres else None
         self._conn: Connection | None = None
         self._held = not self._postgres
 

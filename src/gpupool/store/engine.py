@@ -16,6 +16,7 @@ use cases that expect them catch them.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +28,7 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import GpupoolError, InputError, StoreUnavailableError, UnstorableInputError
@@ -41,11 +42,40 @@ def default_url(data_dir: str | Path) -> str:
     return f"sqlite:///{Path(data_dir) / 'gpupool.db'}"
 
 
-def make_engine(url: str, *, busy_timeout_ms: int = 10_000) -> Engine:
+# libpq's multi-host form: scheme://[user[:password]@]host1[:port1],host2[:port2],.../db[?query]
+_MULTI_HOST = re.compile(r"^(?P<head>[A-Za-z0-9+_.-]+://(?:[^/@]*@)?)(?P<hosts>[^/?@]*,[^/?@]*)(?P<tail>[/?].*)?$")
+# A PostgreSQL member that neither accepts nor refuses (a paused or cut-off host) is given up after this long,
+# so the next host of a multi-host URL is tried: libpq's own default is to wait forever.
+CONNECT_TIMEOUT_S = 5
+
+
+def parse_url(url: str) -> URL:
+    """``url`` as SQLAlchemy's URL, also in libpq's multi-host form that SQLAlchemy's parser refuses.
+
+    ``postgresql+psycopg://u@h1:5432,h2:5433/db?target_session_attrs=read-write`` (the members of a Patroni
+    cluster, say) becomes ``postgresql+psycopg://u@/db?host=h1:5432&host=h2:5433&...``, the form SQLAlchemy's
+    psycopg dialect hands to libpq as its host and port lists: libpq tries the hosts in turn and keeps the first
+    that answers (with ``target_session_attrs=read-write``, the one that takes writes, i.e. the primary).
+    """
     try:
-        parsed = make_url(url)
-    except Exception as e:  # SQLAlchemy raises ArgumentError; name the URL's problem either way
+        found = _MULTI_HOST.match(url)
+        if found is None:
+            return make_url(url)
+        hosts = found["hosts"].split(",")
+        if not all(hosts):
+            raise ValueError(f"an empty host in the host list {found['hosts']!r}")
+        for host in hosts:
+            _, colon, port = host.rpartition(":")
+            if colon and not host.endswith("]") and not port.isdigit():
+                raise ValueError(f"the port of {host!r} in the host list is not a number")
+        base = make_url(found["head"] + (found["tail"] or "/"))
+        return base.update_query_pairs([("host", h) for h in hosts], append=True)
+    except Exception as e:  # SQLAlchemy raises ArgumentError or ValueError; name the URL's problem either way
         raise InputError(f"not a database URL: {e}", source="database URL") from None
+
+
+def make_engine(url: str, *, busy_timeout_ms: int = 10_000) -> Engine:
+    parsed = parse_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         if parsed.database in (None, "", ":memory:"):
@@ -55,8 +85,15 @@ def make_engine(url: str, *, busy_timeout_ms: int = 10_000) -> Engine:
         _sqlite_setup(engine, str(parsed.database), busy_timeout_ms)
         return engine
     if backend == "postgresql":
-        return create_engine(parsed, pool_size=10, max_overflow=20)
+        return create_engine(postgres_url(parsed), pool_size=10, max_overflow=20)
     raise InputError(f"unsupported database {backend!r}: use sqlite:///PATH or postgresql+psycopg://...", source=url)
+
+
+def postgres_url(parsed: URL) -> URL:
+    """A PostgreSQL URL with a connect timeout (``CONNECT_TIMEOUT_S``) unless it names its own."""
+    if "connect_timeout" in parsed.query:
+        return parsed
+    return parsed.update_query_dict({"connect_timeout": str(CONNECT_TIMEOUT_S)})
 
 
 def _sqlite_setup(engine: Engine, path: str, busy_timeout_ms: int) -> None:
