@@ -1,5 +1,5 @@
 """``python -m gpupool`` runs the gpupool command."""
 
-from gpupool.cli.main import main
+from gpupool.cli.start import main
 
 main()

@@ -40,7 +40,7 @@ def _modules_after(tmp_path: Path, *argv: str) -> tuple[int, set[str], str]:
         "import atexit, sys\n"
         f"atexit.register(lambda: open({str(out)!r}, 'w').write('\\n'.join(sorted(sys.modules))))\n"
         f"sys.argv = ['gpupool', *{list(argv)!r}]\n"
-        "from gpupool.cli.main import main\n"
+        "from gpupool.cli.start import main\n"  # the console script's entry point (pyproject.toml)
         "main()\n"
     )
     with socket.socket() as s:  # a port that refuses connections once the block ends
@@ -60,6 +60,7 @@ def test_version_and_help_load_no_command(tmp_path: Path) -> None:
     code, modules, out = _modules_after(tmp_path, "--version")
     assert (code, out.strip()) == (0, __version__)
     assert _loaded(modules, (*HEAVY, *HEAVY_LIBS, "gpupool.client", "httpx", "pydantic", "rich")) == []
+    assert _loaded(modules, ("typer", "click", "gpupool.cli.main")) == []  # answered before the framework loads
     code, modules, out = _modules_after(tmp_path, "--help")
     assert code == 0 and "jobs" in out and "server" in out and "sim" in out
     assert _loaded(modules, (*HEAVY, *HEAVY_LIBS, "gpupool.client", "httpx", "pydantic")) == []
