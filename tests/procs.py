@@ -148,6 +148,25 @@ class ServerProc:
         self.log.close()
 
 
+def admin(base: str, method: str, path: str, **kw: Any) -> Any:
+    r = httpx.request(method, f"{base}{path}", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10, **kw)
+    assert r.status_code < 300, r.text
+    return r.json()
+
+
+def setup_pool(base: str, hosts: int) -> str:
+    """Tenant ``acme`` with a token (returned) and ``hosts`` registered nodes of 8 H100s that never beat (a
+    server with a long ``node_lost_after_s`` keeps them up): placements happen without agents."""
+    admin(base, "POST", "/v1/tenants", json={"name": "acme"})
+    token = str(admin(base, "POST", "/v1/tokens", json={"tenant": "acme"})["token"])
+    for h in range(hosts):
+        join = admin(base, "POST", "/v1/join-tokens", json={})["token"]
+        body = {"host": f"gpu-{h:02d}", "gpus": [{"index": i, "model": "H100", "memory_mib": 81559} for i in range(8)]}
+        r = httpx.post(f"{base}/v1/agents/register", json=body, headers={"Authorization": f"Bearer {join}"})
+        assert r.status_code == 200, r.text
+    return token
+
+
 def pg_schema() -> Iterator[str]:
     """A fresh schema on the test PostgreSQL, as a database URL whose search_path is that schema; dropped after.
     Skips when PostgreSQL does not answer (fails under CI, which must have it)."""

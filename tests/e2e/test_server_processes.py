@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from gpupool.store import Store
-from procs import ADMIN, ServerProc, pg_schema, wait_for
+from procs import ServerProc, admin, pg_schema, setup_pool, wait_for
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -23,23 +23,6 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'gpupool.db'}"
     else:
         yield from pg_schema()
-
-
-def admin(base: str, method: str, path: str, **kw: Any) -> Any:
-    r = httpx.request(method, f"{base}{path}", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10, **kw)
-    assert r.status_code < 300, r.text
-    return r.json()
-
-
-def setup_pool(base: str, hosts: int) -> str:
-    admin(base, "POST", "/v1/tenants", json={"name": "acme"})
-    token = str(admin(base, "POST", "/v1/tokens", json={"tenant": "acme"})["token"])
-    for h in range(hosts):
-        join = admin(base, "POST", "/v1/join-tokens", json={})["token"]
-        body = {"host": f"gpu-{h:02d}", "gpus": [{"index": i, "model": "H100", "memory_mib": 81559} for i in range(8)]}
-        r = httpx.post(f"{base}/v1/agents/register", json=body, headers={"Authorization": f"Bearer {join}"})
-        assert r.status_code == 200, r.text
-    return token
 
 
 def no_gpu_twice(url: str) -> dict[tuple[str, int], int]:

@@ -90,10 +90,15 @@ def make_engine(url: str, *, busy_timeout_ms: int = 10_000) -> Engine:
 
 
 def postgres_url(parsed: URL) -> URL:
-    """A PostgreSQL URL with a connect timeout (``CONNECT_TIMEOUT_S``) unless it names its own."""
-    if "connect_timeout" in parsed.query:
-        return parsed
-    return parsed.update_query_dict({"connect_timeout": str(CONNECT_TIMEOUT_S)})
+    """A PostgreSQL URL with a connect timeout (``CONNECT_TIMEOUT_S``) unless it names its own, and, given several
+    hosts, ``target_session_attrs=read-write`` unless it says otherwise: the store writes, and libpq's default
+    (``any``) would keep the first member that answers, a standby as readily as the primary."""
+    extra = {}
+    if "connect_timeout" not in parsed.query:
+        extra["connect_timeout"] = str(CONNECT_TIMEOUT_S)
+    if isinstance(parsed.query.get("host"), tuple) and "target_session_attrs" not in parsed.query:
+        extra["target_session_attrs"] = "read-write"
+    return parsed.update_query_dict(extra) if extra else parsed
 
 
 def _sqlite_setup(engine: Engine, path: str, busy_timeout_ms: int) -> None:

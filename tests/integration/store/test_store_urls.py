@@ -35,9 +35,18 @@ def test_bad_host_lists_are_refused_naming_the_problem() -> None:
         make_engine("postgresql+psycopg://u@h1:1,h2:x/db")
 
 
-def test_postgres_engines_give_up_on_a_silent_member_unless_the_url_says_otherwise() -> None:
+def test_postgres_engines_give_up_on_a_silent_member_after_5_s_unless_the_url_says_otherwise() -> None:
     assert make_engine("postgresql+psycopg://u@h/d").url.query["connect_timeout"] == str(CONNECT_TIMEOUT_S)
     assert make_engine("postgresql+psycopg://u@h1,h2/d?connect_timeout=1").url.query["connect_timeout"] == "1"
+
+
+def test_a_member_list_means_the_member_that_takes_writes_unless_the_url_says_otherwise() -> None:
+    assert make_engine("postgresql+psycopg://u@h1,h2/d").url.query["target_session_attrs"] == "read-write"
+    assert (
+        make_engine("postgresql+psycopg://u@h1,h2/d?target_session_attrs=primary").url.query["target_session_attrs"]
+        == "primary"
+    )
+    assert "target_session_attrs" not in make_engine("postgresql+psycopg://u@h1/d").url.query
 
 
 @pytest.fixture
