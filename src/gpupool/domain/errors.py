@@ -116,6 +116,14 @@ class StoreUnavailableError(GpupoolError):
         self.transient = transient
 
 
+class StaleLeaderError(ConflictError):
+    """A write of the scheduling loop carried a leadership lease that is no longer the current one (another
+    replica took over while this one was paused or cut off, or the lease ran out): the database refused it.
+    The writer is no longer the leader; it drops what it assumed and becomes a standby."""
+
+    code = "STALE_LEADER"
+
+
 class OverloadedError(GpupoolError):
     """Work refused to keep the service responsive; the same request may succeed after ``retry_after_s``."""
 

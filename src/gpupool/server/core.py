@@ -13,7 +13,7 @@ from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.gateway import AgentGateway
 from gpupool.server.hostcache import HostCache
 from gpupool.server.labels import LabelIndex
-from gpupool.server.leader import LeaderLock
+from gpupool.server.leader import LeaderLease
 from gpupool.server.liveness import LastSeen
 from gpupool.server.loop import SchedulingLoop, SignalQueue
 from gpupool.server.metrics import ServerMetrics
@@ -73,7 +73,7 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
         settings,
         metrics,
         signals,
-        LeaderLock(settings.url),
+        LeaderLease(store, settings.cluster_name, settings.lease_ttl_s, settings.lease_renew_s),
         clock=clock,
         seen=seen,
         hosts=hosts,

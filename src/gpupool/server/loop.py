@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpupool.cluster import ClusterState
-from gpupool.domain.errors import GpupoolError
+from gpupool.domain.errors import GpupoolError, StaleLeaderError
 from gpupool.domain.events import (
     Event,
     GpuHealthChanged,
@@ -54,13 +54,14 @@ from gpupool.scheduler.types import Preemption, Signal, Waiting
 from gpupool.schemas.agent import SignalCommand
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.hostcache import HostCache
-from gpupool.server.leader import LeaderLock
+from gpupool.server.leader import LeaderLease
 from gpupool.server.live import LiveInbox, jobs_on, requeue_reason
 from gpupool.server.liveness import LastSeen
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.settings import Settings
 from gpupool.server.sharing import SharingBuilder
 from gpupool.store import JobRecord, NodeRecord, Store
+from gpupool.store.fencing import Fence
 from gpupool.store.server_ops import ServerOps
 
 log = logging.getLogger("gpupool.server.loop")
@@ -75,6 +76,7 @@ class CycleReport:
     waiting: int
     rebuilt: bool
     seconds: float
+    leader: bool = True  # False: this replica does not hold the lease (or lost it during the cycle)
 
 
 def coalescing_gap(cycle_cpu_s: float, min_gap_s: float, max_busy: float) -> float:
@@ -115,7 +117,7 @@ class SchedulingLoop:
         settings: Settings,
         metrics: ServerMetrics,
         signals: SignalQueue,
-        leader: LeaderLock,
+        leader: LeaderLease,
         *,
         clock: Callable[[], float] = time.time,
         seen: LastSeen | None = None,
@@ -130,6 +132,9 @@ class SchedulingLoop:
         # of our leadership, so a standby taking over (whose predecessor may have held beats unflushed in
         # memory) does not mark every node lost at once.
         self._leader_since: float | None = None
+        # The lease this loop's writes carry (every one checks it first in its transaction: ``store.fencing``);
+        # a new token is a new term, whose state is rebuilt from the store.
+        self._fence: Fence | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -188,6 +193,7 @@ class SchedulingLoop:
             self._hosts.invalidate()
 
     def start(self) -> None:
+        self._leader.start()
         self._thread = threading.Thread(target=self._run, name="gpupool-scheduler", daemon=True)
         self._thread.start()
 
@@ -204,19 +210,17 @@ class SchedulingLoop:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            leader = self._leader.hold()
-            self._metrics.leader.set(1 if leader else 0)
-            if not leader:
-                self._state = None
-                self._leader_since = None
-                self._stop.wait(self._settings.leader_retry_s)
-                continue
             spent = time.thread_time()
             try:
-                self.run_cycle()
+                led = self.run_cycle().leader
             except Exception:  # the loop must outlive one bad cycle; the next one rebuilds from the store
                 log.exception("scheduling cycle failed")
                 self._dirty = True
+                led = self._leader.held
+            self._metrics.leader.set(1 if led else 0)
+            if not led:
+                self._stop.wait(self._settings.leader_retry_s)
+                continue
             spent = time.thread_time() - spent
             s = self._settings
             self._stop.wait(coalescing_gap(spent, s.schedule_min_gap_s, s.schedule_max_busy))
@@ -225,7 +229,31 @@ class SchedulingLoop:
 
     # -- one cycle ---------------------------------------------------------------------------------------------
     def run_cycle(self) -> CycleReport:
+        """One cycle if this replica holds the lease (taking it over if it is free): every write it makes
+        carries the lease, and one the database refuses as stale ends the cycle and this replica's term."""
         started = time.perf_counter()
+        fence = self._leader.hold()
+        if fence != self._fence:
+            self._new_term(fence)
+        if fence is None:
+            return CycleReport(0, 0, 0, False, time.perf_counter() - started, leader=False)
+        try:
+            return self._cycle(started)
+        except StaleLeaderError as e:
+            log.warning("a write was refused, this replica no longer leads: %s", e)
+            self._leader.lost()
+            self._new_term(None)
+            return CycleReport(0, 0, 0, False, time.perf_counter() - started, leader=False)
+
+    def _new_term(self, fence: Fence | None) -> None:
+        """Leadership changed hands (``fence`` None: this replica is a standby now). Whatever the state held was
+        assumed under another term: it is dropped and the next cycle rebuilds it from the store."""
+        self._fence = fence
+        self._state = None
+        self._dirty = True
+        self._leader_since = None
+
+    def _cycle(self, started: float) -> CycleReport:
         self._mark_lost_nodes()
         fabric, key = self._fabrics.current()
         rebuilt = False
@@ -284,8 +312,10 @@ class SchedulingLoop:
             self._dirty = True
             return False
         try:
-            rec = self._store.record_allocation(job_id, self._versions[job_id], alloc, ACTOR)  # persist
+            rec = self._store.record_allocation(job_id, self._versions[job_id], alloc, ACTOR, fence=self._fence)
             self._changed()
+        except StaleLeaderError:
+            raise
         except (GpupoolError, KeyError) as e:
             log.warning("placement of %s not stored (%s): rebuilding from the store", job_id, e)
             self._dirty = True  # roll the assumption back by rebuilding the state from what is stored
@@ -300,8 +330,12 @@ class SchedulingLoop:
             held = state.snapshot().running[job_id].allocation
             state.apply(JobPreempted(job_id, now, reason))
             state.apply(RanksReleasing(held, now))  # its processes still run: nothing lands there this cycle
-            rec = self._store.release_allocation(job_id, self._versions[job_id], ACTOR, reason=reason)
+            rec = self._store.release_allocation(
+                job_id, self._versions[job_id], ACTOR, reason=reason, fence=self._fence
+            )
             self._changed()
+        except StaleLeaderError:
+            raise
         except (GpupoolError, KeyError) as e:
             log.warning("preemption of %s failed (%s): rebuilding from the store", job_id, e)
             self._dirty = True
@@ -321,7 +355,7 @@ class SchedulingLoop:
     def _wait(self, waiting: Sequence[Waiting]) -> None:
         """Store the reasons that changed since the last cycle."""
         reasons = {w.job_id: (w.reason.value, w.message) for w in waiting}
-        self._ops.set_reasons({j: r for j, r in reasons.items() if self._reasons.get(j) != r})
+        self._ops.set_reasons({j: r for j, r in reasons.items() if self._reasons.get(j) != r}, fence=self._fence)
         self._reasons = reasons
 
     # -- live events -------------------------------------------------------------------------------------------
@@ -366,7 +400,11 @@ class SchedulingLoop:
             if not self._silent(n, now, limit):
                 continue
             try:
-                self._store.transition_node(n.name, NodeState.LOST, "no heartbeat", ACTOR, expected_version=n.version)
+                self._store.transition_node(
+                    n.name, NodeState.LOST, "no heartbeat", ACTOR, expected_version=n.version, fence=self._fence
+                )
+            except StaleLeaderError:
+                raise
             except GpupoolError:
                 continue  # it beat again meanwhile, or another writer moved it
             self._changed()  # its next beat must see LOST (and write the recovery)
@@ -387,9 +425,11 @@ class SchedulingLoop:
                 try:
                     rec = self._store.get_job(job_id)
                     if rec.state in (JobState.PLACED, JobState.RUNNING):
-                        self._store.release_allocation(job_id, rec.version, ACTOR, reason=reason)
+                        self._store.release_allocation(job_id, rec.version, ACTOR, reason=reason, fence=self._fence)
                         self._changed()
                     break
+                except StaleLeaderError:
+                    raise
                 except GpupoolError:
                     continue
 

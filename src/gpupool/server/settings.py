@@ -57,7 +57,13 @@ class Settings:
     schedule_period_s: float = 2.0  # the loop runs at least this often
     schedule_min_gap_s: float = 0.05  # and at most this often, however many events wake it
     schedule_max_busy: float = 0.25  # woken without pause, cycles take at most this share of a core
-    leader_retry_s: float = 1.0  # how often a standby tries to take the leader lock
+    # Leadership (see server/leader.py): replicas sharing a database and this name elect one scheduling loop
+    # through a lease on the database's clock; a standby tries to take it over every leader_retry_s once the
+    # leader stopped renewing for lease_ttl_s (so it takes over within lease_ttl_s + leader_retry_s).
+    cluster_name: str = "default"
+    lease_ttl_s: float = 6.0
+    lease_renew_s: float = 1.5  # the leader renews this often: a few chances before the lease runs out
+    leader_retry_s: float = 1.0
     auth_cache_s: float = 10.0  # a revoked token may be honoured this long after revocation
     # A replica that did not make a change (a standby taking beats) sends its launches/stops this much later.
     host_cache_s: float = 1.0
@@ -212,9 +218,24 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
     # The agent protocol refuses a negative grace, so one would fail every heartbeat that stops a workload.
     if settings.stop_grace_s < 0:
         raise where(("stop_grace_s",), f"setting 'stop_grace_s': {settings.stop_grace_s!r} is negative")
+    for setting, problem in _lease_problems(settings):
+        raise where((setting,), f"setting {setting!r}: {problem}")
     for name, problem in problems(settings.scheduler):
         raise where(("scheduler", name), f"setting 'scheduler.{name}': {problem}")
     return settings
+
+
+def _lease_problems(s: Settings) -> list[tuple[str, str]]:
+    out = []
+    if not s.cluster_name.strip() or len(s.cluster_name) > 128:
+        out.append(("cluster_name", f"{s.cluster_name!r} must be 1 to 128 characters, not blank"))
+    if s.lease_ttl_s <= 0:
+        out.append(("lease_ttl_s", f"{s.lease_ttl_s!r} must be above 0"))
+    if not 0 < s.lease_renew_s < s.lease_ttl_s:
+        out.append(("lease_renew_s", f"{s.lease_renew_s!r} must be above 0 and below lease_ttl_s ({s.lease_ttl_s!r})"))
+    if s.leader_retry_s <= 0:
+        out.append(("leader_retry_s", f"{s.leader_retry_s!r} must be above 0"))
+    return out
 
 
 def plain(value: Any) -> Any:

@@ -22,6 +22,7 @@ from gpupool.fabric import jsonio
 from gpupool.fabric.fabric import Fabric
 from gpupool.store import tokens
 from gpupool.store.base import StoreBase, dumps, loads
+from gpupool.store.fencing import Fence
 from gpupool.store.records import AuditEvent, NodeRecord, PoolRecord, Principal, StoredFabric, TenantRecord
 from gpupool.store.rows import (
     ApiTokenRow,
@@ -202,9 +203,17 @@ class AdminMixin(StoreBase):
             s.connection().execute(stmt, [{"n": n, "t": t} for n, t in sorted(seen.items())])
 
     def transition_node(
-        self, name: str, new_state: NodeState, reason: str, actor: str, *, expected_version: int | None = None
+        self,
+        name: str,
+        new_state: NodeState,
+        reason: str,
+        actor: str,
+        *,
+        expected_version: int | None = None,
+        fence: Fence | None = None,
     ) -> NodeRecord:
-        with self._tx(write=True) as s:
+        """``fence``: the scheduling loop's lease (a node judged lost by a stale leader is refused)."""
+        with self._tx(write=True, fence=fence) as s:
             row = self._node(s, name)
             if expected_version is not None and row.version != expected_version:
                 raise StaleVersionError(f"node {name}: expected version {expected_version}, stored {row.version}")

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import ParseError, StoreUnavailableError, UnknownNameError
 from gpupool.store.engine import core_transaction, is_postgres, make_engine, migrate, transaction
+from gpupool.store.fencing import Fence, check_fence
 from gpupool.store.rows import AuditRow, TenantRow
 
 
@@ -86,29 +87,33 @@ class StoreBase:
         self.close()
 
     @contextmanager
-    def _tx(self, *, write: bool) -> Iterator[Session]:
-        if write and self._sqlite_writer is not None:
-            with self._track(), self._sqlite_writer, transaction(self._engine, write=True) as session:
-                yield session
-        elif write:
-            with self._track(), transaction(self._engine, write=True) as session:
-                yield session
-        else:
-            with transaction(self._engine, write=False) as session:
-                yield session
+    def _tx(self, *, write: bool, fence: Fence | None = None) -> Iterator[Session]:
+        """One short transaction in an ORM session. ``fence``: a write of the scheduling loop, refused
+        (StaleLeaderError) unless that lease is still the current one (its check is the first statement)."""
+        with self._writing(write), transaction(self._engine, write=write) as session:
+            if fence is not None:
+                check_fence(session, fence, self._postgres)
+            yield session
 
     @contextmanager
-    def _core_tx(self, *, write: bool) -> Iterator[Connection]:
+    def _core_tx(self, *, write: bool, fence: Fence | None = None) -> Iterator[Connection]:
         """``_tx`` for Core statements only: a bare connection in one transaction, no ORM session."""
-        if write and self._sqlite_writer is not None:
-            with self._track(), self._sqlite_writer, core_transaction(self._engine, write=True) as conn:
-                yield conn
-        elif write:
-            with self._track(), core_transaction(self._engine, write=True) as conn:
-                yield conn
+        with self._writing(write), core_transaction(self._engine, write=write) as conn:
+            if fence is not None:
+                check_fence(conn, fence, self._postgres)
+            yield conn
+
+    @contextmanager
+    def _writing(self, write: bool) -> Iterator[None]:
+        """Around a write transaction: its outcome recorded, and on SQLite this process's writers queued."""
+        if not write:
+            yield
+        elif self._sqlite_writer is not None:
+            with self._track(), self._sqlite_writer:
+                yield
         else:
-            with core_transaction(self._engine, write=False) as conn:
-                yield conn
+            with self._track():
+                yield
 
     @contextmanager
     def _track(self) -> Iterator[None]:

@@ -29,6 +29,7 @@ from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec, TaskAllocati
 from gpupool.domain.states import JOB_TRANSITIONS, JobState, NodeState, transition
 from gpupool.store.base import StoreBase, loads
 from gpupool.store.codec import allocation_to_dict, spec_from_json, spec_to_json
+from gpupool.store.fencing import Fence
 from gpupool.store.records import JobRecord
 from gpupool.store.rows import AllocationRow, JobRow, NodeRow, UsageIntervalRow
 
@@ -200,18 +201,22 @@ class JobsMixin(StoreBase):
         actor: str,
         *,
         reason_code: str = "",
+        fence: Fence | None = None,
     ) -> JobRecord:
-        """Move a job along its state machine under a guarded version; leaving placed/running frees its GPUs."""
+        """Move a job along its state machine under a guarded version; leaving placed/running frees its GPUs.
+        ``fence``: the scheduling loop's lease, checked first (a stale leader's change is refused)."""
         if new_state is JobState.PLACED:
             raise InputError("a job becomes placed only with its allocation: use record_allocation", source=job_id)
-        with self._tx(write=True) as s:
+        with self._tx(write=True, fence=fence) as s:
             row, current = self._guard(s, job_id, expected_version, new_state)
             now = self._clock()
             # The guarded update first: a stale writer fails before touching allocations or usage.
             self._bump(s, row, new_state, reason_code if new_state is JobState.PENDING else "", reason, now)
             if current in HOLDING and new_state not in HOLDING:
                 self._free(s, job_id, now)
-            data = {"from": current.value, "to": new_state.value, "reason": reason}
+            data: dict[str, object] = {"from": current.value, "to": new_state.value, "reason": reason}
+            if fence is not None:
+                data["leader_token"] = fence.token
             self._audit(s, actor, f"job.{new_state.value}", f"job/{job_id}", data, now)
             return job_record(row)
 
@@ -223,22 +228,27 @@ class JobsMixin(StoreBase):
         *,
         new_state: JobState = JobState.PENDING,
         reason: str = "",
+        fence: Fence | None = None,
     ) -> JobRecord:
         """Free a placed or running job's GPUs, moving it to ``new_state`` (requeued by default)."""
         current = self.get_job(job_id).state
         if current not in HOLDING:
             raise InputError(f"job is {current.value}: it holds no allocation", source=f"job {job_id}")
-        return self.transition_job(job_id, expected_version, new_state, reason, actor)
+        return self.transition_job(job_id, expected_version, new_state, reason, actor, fence=fence)
 
-    def record_allocation(self, job_id: str, expected_version: int, allocation: Allocation, actor: str) -> JobRecord:
+    def record_allocation(
+        self, job_id: str, expected_version: int, allocation: Allocation, actor: str, *, fence: Fence | None = None
+    ) -> JobRecord:
         """Place a pending job: store its allocation, open its usage, move it to placed, all in one write.
 
         Refused with AllocationConflictError when a GPU it names is already held whole, or when shares on one
         GPU would pass 1000 milli. The check reads the allocations after locking the node rows involved
         (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the only write lock), so two
         concurrent placements on one host are checked one after the other.
+
+        ``fence``: the scheduling loop's lease, checked first; the rows carry its token (``leader_token``).
         """
-        with self._tx(write=True) as s:
+        with self._tx(write=True, fence=fence) as s:
             row, _ = self._guard(s, job_id, expected_version, JobState.PLACED)
             spec = job_record(row).spec
             _check_shape(spec, allocation)
@@ -262,6 +272,7 @@ class JobsMixin(StoreBase):
                         cpu_millicores=t.cpu_millicores,
                         memory_mib=t.memory_mib,
                         placed_s=now,
+                        leader_token=None if fence is None else fence.token,
                     )
                 )
                 milli_by_model[nodes[t.host].gpu_model] += t.milli_gpu * len(t.gpus)
@@ -279,6 +290,8 @@ class JobsMixin(StoreBase):
                 )
             self._bump(s, row, JobState.PLACED, "", "", now)
             data = {"from": JobState.PENDING.value, "to": JobState.PLACED.value, **allocation_to_dict(allocation)}
+            if fence is not None:
+                data["leader_token"] = fence.token
             self._audit(s, actor, "job.placed", f"job/{job_id}", data, now)
             return job_record(row)
 

@@ -9,6 +9,7 @@ driver, and so the two backends store byte-identical values.
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Float,
     ForeignKey,
@@ -113,6 +114,9 @@ class AllocationRow(Base):
     # Set when the job left placed/running while this rank's process may still run (migration 0005): the row
     # keeps its GPUs held until the agent confirms the process gone. NULL: the job's live allocation.
     releasing_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The leadership lease token the placement was written under (migration 0006): every placement after a
+    # takeover carries the new leader's token, which the fencing check let through. NULL: not by the loop.
+    leader_token: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class NodeRow(Base):
@@ -206,3 +210,18 @@ class AgentRow(Base):
     address: Mapped[str] = mapped_column(String(256), default="")
     inventory: Mapped[str] = mapped_column(Text, default="{}")  # the RegisterRequest as JSON
     registered_s: Mapped[float] = mapped_column(Float)
+
+
+class LeadershipRow(Base):
+    """The scheduling loop's lease, one row per cluster name (migration 0006), judged on the database's clock.
+
+    ``token`` grows by one on every takeover; every write of the loop checks (holder, token, not expired) first
+    in its own transaction, so a leader that was paused or cut off past ``expires_s`` is refused by the
+    database (``store.lease``)."""
+
+    __tablename__ = "leadership"
+    cluster: Mapped[str] = mapped_column(String(128), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(256))
+    token: Mapped[int] = mapped_column(BigInteger)
+    expires_s: Mapped[float] = mapped_column(Float)  # seconds since the epoch on the database's clock
+    acquired_s: Mapped[float] = mapped_column(Float)  # when ``holder`` took it (the database's clock)

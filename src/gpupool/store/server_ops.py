@@ -33,6 +33,7 @@ from gpupool.domain.states import JobState
 from gpupool.store import tokens
 from gpupool.store.base import dumps, loads
 from gpupool.store.codec import spec_to_json
+from gpupool.store.fencing import Fence
 from gpupool.store.jobs import MAX_KEY, job_record
 from gpupool.store.records import JobRecord
 from gpupool.store.rows import AgentRow, AllocationRow, AuditRow, FabricRow, JobCommandRow, JobRow, TenantRow
@@ -369,8 +370,9 @@ class ServerOps:
                 out.extend(job_record(r) for r in s.scalars(select(JobRow).where(JobRow.id.in_(chunk))))
         return out
 
-    def set_reasons(self, reasons: Mapping[str, tuple[str, str]]) -> None:
-        """Why each pending job waits, all in one transaction (advisory: neither versioned nor audited)."""
+    def set_reasons(self, reasons: Mapping[str, tuple[str, str]], *, fence: Fence | None = None) -> None:
+        """Why each pending job waits, all in one transaction (advisory: neither versioned nor audited);
+        ``fence``: the scheduling loop's lease, checked first."""
         if not reasons:
             return
         # One statement per distinct reason and up to 500 jobs: thousands queued behind full nodes share a few
@@ -381,7 +383,7 @@ class ServerOps:
         m = self._mark
         pending = JobState.PENDING.value
         # On the DB-API cursor, as the group commit.
-        with self.store._core_tx(write=True) as conn, closing(conn.connection.cursor()) as cur:
+        with self.store._core_tx(write=True, fence=fence) as conn, closing(conn.connection.cursor()) as cur:
             for (code, text), job_ids in by_reason.items():
                 for start in range(0, len(job_ids), 500):
                     chunk = job_ids[start : start + 500]

@@ -64,7 +64,15 @@ class Api:
 
 
 def make_api(url: str, tmp_path: Path, clock: Clock, **overrides: Any) -> Iterator[Api]:
-    settings = Settings(data_dir=str(tmp_path), database_url=url, admin_token=ADMIN, node_lost_after_s=30.0)
+    # A long lease: cycles are driven by hand at any pace (the lease is judged on the database's real clock).
+    settings = Settings(
+        data_dir=str(tmp_path),
+        database_url=url,
+        admin_token=ADMIN,
+        node_lost_after_s=30.0,
+        lease_ttl_s=600.0,
+        lease_renew_s=1.0,
+    )
     settings = replace(settings, **overrides)
     app = create_app(settings, clock=clock, run_loop=False)
     with TestClient(app) as client:

@@ -1,0 +1,56 @@
+"""The fencing check every write of the scheduling loop makes first, and the database's clock it judges by.
+
+A ``Fence`` is what a leader holds: the cluster name, its replica id and the token of its current lease
+(``store.lease``). A transaction opened with a fence (``StoreBase._tx(write=True, fence=...)``) runs the
+check as its first statement and is refused with ``StaleLeaderError`` unless the lease row still names this
+holder and token and has not expired on the DATABASE's clock, so a leader's own clock (or a pause) cannot
+fool it. PostgreSQL: the check takes the row ``FOR SHARE``, which a takeover's ``UPDATE`` waits for, so a
+fenced transaction either commits before the takeover or is refused after it. SQLite: the transaction already
+holds the one write lock (``BEGIN IMMEDIATE``), so no takeover can commit between the check and the commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, text
+from sqlalchemy.orm import Session
+
+from gpupool.domain.errors import StaleLeaderError
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A leader's credentials for its writes: ``token`` grows with every takeover of ``cluster``'s lease."""
+
+    cluster: str
+    holder: str
+    token: int
+
+
+def db_now(postgres: bool) -> str:
+    """SQL for the database's current time in seconds since the epoch (a float), read when the statement runs."""
+    if postgres:
+        return "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+    return "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+def _check_sql(postgres: bool) -> str:
+    lock = " FOR SHARE" if postgres else ""
+    return (
+        "SELECT token FROM leadership WHERE cluster = :cluster AND holder = :holder AND token = :token"
+        f" AND expires_s > {db_now(postgres)}{lock}"
+    )
+
+
+_CHECK = {False: text(_check_sql(False)), True: text(_check_sql(True))}
+
+
+def check_fence(conn: Connection | Session, fence: Fence, postgres: bool) -> None:
+    """Refuse the open transaction unless ``fence`` is the current, unexpired lease (StaleLeaderError)."""
+    params = {"cluster": fence.cluster, "holder": fence.holder, "token": fence.token}
+    if conn.execute(_CHECK[postgres], params).first() is None:
+        raise StaleLeaderError(
+            f"the leadership of cluster {fence.cluster!r} under token {fence.token} is no longer {fence.holder}'s: "
+            "another replica took over or the lease expired; this write is refused"
+        )
