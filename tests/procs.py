@@ -128,14 +128,6 @@ class ServerProc:
         self.admin("POST", "/v1/tenants", json={"name": name})
         return str(self.admin("POST", "/v1/tokens", json={"tenant": name})["token"])
 
-    def register_host(self, host: str, gpus: int = 8) -> str:
-        """Register ``host`` (``gpus`` H100s) as its agent would, without an agent process; its node token."""
-        join = self.admin("POST", "/v1/join-tokens", json={})["token"]
-        body = {"host": host, "gpus": [{"index": i, "model": "H100", "memory_mib": 81559} for i in range(gpus)]}
-        r = httpx.post(f"{self.base}/v1/agents/register", json=body, headers={"Authorization": f"Bearer {join}"})
-        assert r.status_code == 200, r.text
-        return str(r.json()["node_token"])
-
     def all_jobs(self) -> list[dict[str, Any]]:
         jobs: list[dict[str, Any]] = []
         after = None

@@ -19,7 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from gpupool.store import Store
-from procs import ServerProc, pg_schema, until, wait_for
+from procs import ServerProc, pg_schema, setup_pool, until, wait_for
 
 PAUSE_S = 25.0
 
@@ -61,8 +61,7 @@ def test_a_paused_leader_is_replaced_within_10_s_and_places_nothing_when_it_wake
         b = ServerProc(with_app_name(url, "replica-b"), tmp_path, tmp_path / "b.log")
         for _ in range(10):  # URLs that differ in a byte: still one lease, one leader
             assert leaders(a, b) == [True, False]
-        tenant = b.tenant_token("acme")
-        b.register_host("gpu-01", gpus=8)
+        tenant = setup_pool(b.base, hosts=1)  # 8 GPUs
         headers = {"Authorization": f"Bearer {tenant}"}
 
         def submit(srv: ServerProc) -> str:
