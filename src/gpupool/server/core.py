@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from gpupool.server.settings import Settings
 from gpupool.server.submits import SubmitWriter
 from gpupool.store import Store
 from gpupool.store.server_ops import ServerOps
+
+log = logging.getLogger("gpupool.server")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +55,9 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
     for name, problem in problems(settings.scheduler):
         raise ParseError(f"setting 'scheduler.{name}': {problem}", source="settings")
     store = Store(settings.url, clock=clock)
-    store.migrate()
+    before, after = store.migrate()
+    if before != after:
+        log.info("migrated the store from %s to %s", before or "an empty database", after)
     ops = ServerOps(store)
     fabrics = FabricCache(store, ops)
     # Steady heartbeats' times are persisted in batches, three per lost-timeout (see ``liveness``).

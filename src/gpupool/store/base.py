@@ -52,9 +52,10 @@ class StoreBase:
         """Whether write transactions run side by side (PostgreSQL), or one at a time (SQLite's one lock)."""
         return self._postgres
 
-    def migrate(self) -> None:
-        """Bring the schema to the newest migration (Alembic upgrade head); safe to run on every start."""
-        migrate(self._engine)
+    def migrate(self) -> tuple[str | None, str | None]:
+        """Bring the schema to the newest migration (Alembic upgrade head) under a lock; safe to run on every
+        start, by several servers at once. The revision before and after."""
+        return migrate(self._engine)
 
     def close(self) -> None:
         self._engine.dispose()

@@ -26,7 +26,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session
@@ -117,8 +117,10 @@ def _sqlite_setup(engine: Engine, path: str, busy_timeout_ms: int) -> None:
         # Never map the database file: a file truncated or replaced under a mapping kills the process with
         # SIGBUS. 0 is this build's default; others (SQLITE_DEFAULT_MMAP_SIZE) may map, so say it.
         cur.execute("PRAGMA mmap_size=0")
-        cur.execute("PRAGMA journal_mode=WAL")
+        # The busy timeout first: switching a new file to WAL takes a lock that another process opening it at
+        # the same moment may hold, and without a timeout that is "database is locked" at once.
         cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA foreign_keys=ON")
         # NORMAL in WAL mode is durable against a process crash (kill -9); only a power loss may drop the last commits.
         cur.execute("PRAGMA synchronous=NORMAL")
@@ -253,11 +255,33 @@ def alembic_config() -> Config:
     return cfg
 
 
-def migrate(engine: Engine, revision: str = "head") -> None:
-    with engine.begin() as conn:
-        cfg = alembic_config()
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+# pg_advisory_xact_lock's first key: the migrations' own lock class (the second is the schema's name hashed).
+_MIGRATION_LOCK = 0x6770_6D67  # "gpmg"
+
+
+def migrate(engine: Engine, revision: str = "head") -> tuple[str | None, str | None]:
+    """Bring the schema to ``revision`` in one transaction under a lock, so servers started at once on one
+    database migrate it once: the first runs the migrations, the others wait for it, then find nothing to do.
+    Returns the revision before and after (equal when there was nothing to do).
+
+    PostgreSQL: a transaction-level advisory lock on the schema (held to the commit, so the next one reads the
+    migrated ``alembic_version``); the schema is the migrations' target, so replicas share it whatever their
+    URLs say. SQLite: ``BEGIN IMMEDIATE`` (the file's one write lock, waited for through the busy timeout); a
+    deferred transaction would fail at once with ``database is locked`` when a second starter tries to write.
+    """
+    with engine.connect() as conn:
+        conn.execution_options(**{_WRITE: True})
+        with conn.begin():
+            if is_postgres(engine):
+                conn.execute(
+                    text("SELECT pg_advisory_xact_lock(:k, hashtext(current_schema()))"), {"k": _MIGRATION_LOCK}
+                )
+            before = MigrationContext.configure(conn).get_current_revision()
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+            after = MigrationContext.configure(conn).get_current_revision()
+    return before, after
 
 
 def schema_drift(engine: Engine) -> list[Any]:
