@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import time
@@ -192,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "left_waiting": waiting_reasons,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "python": sys.version.split()[0],
+        "load_avg_1m": round(os.getloadavg()[0], 2),
     }
     print(json.dumps(out))
     return 0

@@ -53,6 +53,7 @@ class Capacity:
         "free_mem",
         "free_milli",
         "free_sum",
+        "free_total",
         "free_whole",
         "full_mem",
         "hist",
@@ -92,6 +93,7 @@ class Capacity:
             self.hist.append(flat.reshape(lv.count, width).astype(np.int64))
             self.free_sum.append(np.bincount(lv.ids, weights=self.free_whole, minlength=lv.count).astype(np.int64))
         self.kcount: IntArray = np.bincount(self.free_whole, minlength=width).astype(np.int64)
+        self.free_total = int(self.free_whole.sum())  # whole free GPUs in all: asked before every placement try
         self.penalties = penalties
         self._journal: list[_JournalEntry] = []
         self.releases = 0  # to bump when capacity grows inside a cycle (preemption), so cached refusals drop
@@ -173,6 +175,7 @@ class Capacity:
         self.kcount[k_old] -= 1
         self.kcount[k_new] += 1
         delta = k_new - k_old
+        self.free_total += delta
         for ids, hist, free in zip(self._level_ids, self.hist, self.free_sum, strict=True):
             d = ids[h]
             hist[d, k_old] -= 1
@@ -182,7 +185,7 @@ class Capacity:
     # ---------------------------------------------------------------- queries
 
     def total_free_whole(self) -> int:
-        return int(self.free_sum[-1].sum())
+        return self.free_total
 
     def tasks_per_host(self, hosts: IntArray, gpus: int, cpu: int, memory_mib: int, mask: BoolArray | None) -> IntArray:
         """How many tasks of ``gpus`` whole GPUs (with CPU and memory) each listed host can take now."""

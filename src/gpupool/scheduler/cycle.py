@@ -65,34 +65,54 @@ def schedule(request: ScheduleRequest, *, remember_refusals: bool = True) -> Sch
 
 
 def _run(cy: Cycle, queue: list[JobSpec]) -> None:
-    cfg, seen, default_runtime, by_shape = cy.request.config, cy.seen, cy.sh.default_runtime_s, cy.by_shape
-    waiting, undiagnosed, ids = cy.waiting, cy.undiagnosed, cy.shape_ids
+    cfg, default_runtime, by_shape = cy.request.config, cy.sh.default_runtime_s, cy.by_shape
+    waiting, ids, seen, cap = cy.waiting, cy.shape_ids, cy.seen, cy.cap
+    # The blocked shapes' sets, read inline below: asked once per job of a long blocked queue. They are
+    # cleared, never replaced, and hold only while capacity has not grown (``releases``).
+    blocked, releases = seen.blocked, cap.releases
+    lasting, until_change = blocked.lasting, blocked.until_change
+    remember = seen.enabled
+    at, jobs, shapes = cy.undiagnosed_at.append, cy.undiagnosed_jobs.append, cy.undiagnosed_shapes.append
     for pos, job in enumerate(queue):
         if len(cy.allocs) >= cfg.max_placements_per_cycle:
             msg = f"not considered: this cycle placed its limit of {cfg.max_placements_per_cycle} jobs first"
-            waiting.extend(Waiting(j.job_id, ReasonCode.CYCLE_LIMIT, msg) for j in queue[pos:])
+            waiting.extend([Waiting(j.job_id, ReasonCode.CYCLE_LIMIT, msg) for j in queue[pos:]])
             return
         sh = shape(job)
         sk = ids.get(sh)
         if sk is None:
             sk = ids[sh] = len(ids)
         before = len(cy.allocs)
-        if by_shape and seen.blocked_shape(sk):
+        if (
+            by_shape
+            and remember
+            and (sk in lasting or sk in until_change)
+            and (cap.releases == releases or seen.blocked_shape(sk))
+        ):
             # This cycle's rules make a job's fate its shape's: one like it waits for capacity, so this one
             # does (the hot path of a long blocked queue: ``Cycle.wait_for_capacity`` inlined).
-            undiagnosed.append((len(waiting), job, sk))
+            at(len(waiting))
+            jobs(job)
+            shapes(sk)
             waiting.append(UNDIAGNOSED)
         else:
             mkey, mask = cy.mask(job)
             decide(cy, Ask(job, sk, mask, mkey, job.runtime_with(job.tasks, default_runtime)))
         if cfg.strict and len(cy.allocs) == before:
             msg = f"waits behind {job.job_id}, which does not fit (strict ordering)"
-            waiting.extend(Waiting(j.job_id, ReasonCode.BLOCKED, msg) for j in queue[pos + 1 :])
+            waiting.extend([Waiting(j.job_id, ReasonCode.BLOCKED, msg) for j in queue[pos + 1 :]])
             return
 
 
 def decide(cy: Cycle, ask: Ask) -> None:
     """One job through the stages: placed (``cy.allocs``), or waiting with its reason (``cy.waiting``)."""
+    if cy.by_shape:
+        # No admission, pools, preemption or backfill: the shape alone decides, so the refusal of a shape is
+        # its outcome (no outcome memo, no later stages to ask).
+        if not place(cy, ask, (ask.job.tasks,), None):
+            cy.seen.refuse(cy.seen.blocked, ask.shape, Wide(ask.job, cy.cap, ask.base).need)
+            cy.wait_for_capacity(ask.job, ask.shape)
+        return
     if cy.admits:
         refused = admit(cy, ask)
         if refused is not None:
@@ -113,8 +133,6 @@ def decide(cy: Cycle, ask: Ask) -> None:
             waits = preempt(cy, ask, okey.who) or backfill(cy, ask, wide)
             if waits is None:
                 seen.answered(seen.outcome, okey, LATER)
-                if cy.by_shape:
-                    seen.refuse(seen.blocked, ask.shape, wide.need)
         if waits is not None:
             cy.waiting.append(waits)
             return

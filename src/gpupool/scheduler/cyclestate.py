@@ -104,8 +104,11 @@ class Cycle:
         self.signals: list[Signal] = []
         self.signalled: set[str] = set()
         self.waiting: list[Waiting] = []
-        # Jobs waiting for want of capacity, with their place in ``waiting``: diagnosed at the end.
-        self.undiagnosed: list[tuple[int, JobSpec, int]] = []  # (place, job, shape id)
+        # Jobs waiting for want of capacity, with their place in ``waiting`` and their shape id: diagnosed at
+        # the end. Three lists, not a list of tuples: a long blocked queue adds one entry per job per cycle.
+        self.undiagnosed_at: list[int] = []
+        self.undiagnosed_jobs: list[JobSpec] = []
+        self.undiagnosed_shapes: list[int] = []
         self.masks: dict[MaskKey, BoolArray | None] = {ANY_HOST: None}  # host masks, made on first use
         self.victims: set[str] = set()
         self.reservations: list[Reservation] = []
@@ -137,7 +140,9 @@ class Cycle:
 
     def wait_for_capacity(self, job: JobSpec, shape_id: int) -> None:
         """The job waits; its reason comes from the capacity left at the end of the cycle."""
-        self.undiagnosed.append((len(self.waiting), job, shape_id))
+        self.undiagnosed_at.append(len(self.waiting))
+        self.undiagnosed_jobs.append(job)
+        self.undiagnosed_shapes.append(shape_id)
         self.waiting.append(UNDIAGNOSED)
 
     def ends(self) -> list[tuple[float, RunningJob]]:

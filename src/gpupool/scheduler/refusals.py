@@ -160,11 +160,15 @@ class Refusals:
     def bump(self) -> None:
         """The cycle's state changed: forget what depended on it as it was."""
         self.version += 1
+        # Most of these are empty (a plain cycle uses two of them): asked after every placement.
         for lasting in (self.place, self.fits_not, self.blocked):
-            lasting.until_change.clear()
+            if lasting.until_change:
+                lasting.until_change.clear()
         for facts in (self.fits, self.no_victims, self.no_reservation):
-            facts.keys.clear()
-        self.outcome.values.clear()
+            if facts.keys:
+                facts.keys.clear()
+        if self.outcome.values:
+            self.outcome.values.clear()
 
     def _fresh(self) -> bool:
         if self._cap.releases != self._releases:

@@ -322,7 +322,7 @@ def diagnose_waiting(cy: Cycle) -> None:
     cap, waiting = cy.cap, cy.waiting
     memo: dict[int, Diagnosis] = {}
     remember = cy.seen.enabled
-    for pos, job, sk in cy.undiagnosed:
+    for pos, job, sk in zip(cy.undiagnosed_at, cy.undiagnosed_jobs, cy.undiagnosed_shapes, strict=True):
         why = memo.get(sk)
         if why is None:
             why = diagnose(cap, make_need(job, cap, cy.mask(job)[1]))
