@@ -70,11 +70,27 @@ class Cluster:
         assert self.http.post("/v1/tenants", json={"name": "acme"}).status_code == 201
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start_agent(self, host: str) -> None:
-        argv = [PY, "-m", "gpupool", "agent", "--server", self.url, "--join-token", self.join, "--host", host]
+    def start_agent(self, host: str, url: str | None = None) -> None:
+        """An emulated agent for ``host`` talking to ``url`` (this cluster's server unless given: a replica's)."""
+        argv = [PY, "-m", "gpupool", "agent", "--server", url or self.url, "--join-token", self.join, "--host", host]
         argv += ["--state-dir", str(self.root / host), "--emulate", "--fabric", str(self.fabric_path)]
         argv += ["--work-dir", str(self.work / host)]
         self.agents[host] = subprocess.Popen([*argv, "--stop-workloads-on-exit"], stderr=subprocess.DEVNULL)
+
+    def restart(self) -> None:
+        """Start the server again (after a kill): same settings, same port."""
+        self.server = subprocess.Popen([PY, "-c", SERVER], env=self.env)
+        until(lambda: healthy(self.http), 30, "server back")
+
+    def replica(self) -> tuple[subprocess.Popen[bytes], str]:
+        """Another server process on this cluster's settings and another port (one database: pass
+        GPUPOOL_DATABASE_URL to the cluster); its process and URL. The caller stops it."""
+        port = free_port()
+        proc = subprocess.Popen([PY, "-c", SERVER], env=dict(self.env, GPUPOOL_PORT=str(port)))
+        url = f"http://127.0.0.1:{port}"
+        with httpx.Client(base_url=url, timeout=10) as http:
+            until(lambda: healthy(http), 60, "replica up")
+        return proc, url
 
     def nodes(self) -> dict[str, dict[str, Any]]:
         return {n["name"]: n for n in self.http.get("/v1/nodes").json()["nodes"]}

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from e2e_cluster import Cluster
-from procs import PY, SERVER, free_port, healthy, pg_schema, until
+from procs import pg_schema, until
 
 HOSTS = ("dgx001", "dgx002")
 
@@ -38,13 +38,6 @@ def go_on_file(out: Path) -> str:
         "while not os.path.exists(out + '/go-' + rank):\n"
         "    time.sleep(0.05)\n"
     )
-
-
-def start_agent(c: Cluster, host: str, url: str) -> None:
-    argv = [PY, "-m", "gpupool", "agent", "--server", url, "--join-token", c.join, "--host", host]
-    argv += ["--state-dir", str(c.root / host), "--emulate", "--fabric", str(c.fabric_path)]
-    argv += ["--work-dir", str(c.work / host)]
-    c.agents[host] = subprocess.Popen([*argv, "--stop-workloads-on-exit"], stderr=subprocess.DEVNULL)
 
 
 def shared_out(c: Cluster) -> Path:
@@ -72,18 +65,13 @@ def rank_rows(url: str, job_id: str) -> list[dict[str, Any]]:
         engine.dispose()
 
 
-def restart_server(c: Cluster) -> None:
-    c.server = subprocess.Popen([PY, "-c", SERVER], env=c.env)
-    until(lambda: healthy(c.http), 30, "server back")
-
-
 @pytest.fixture
 def two_hosts(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path)
     shared_out(c)
     try:
         for h in HOSTS:
-            start_agent(c, h, c.url)
+            c.start_agent(h)
         until(lambda: nodes_up(c), 90, "nodes up")
         yield c
     finally:
@@ -108,7 +96,7 @@ def test_a_gang_whose_ranks_exit_either_side_of_a_server_kill9_finishes_and_free
     # Rank 1 has exited (its agent holds the end, unacknowledged) before any server runs again.
     ready1 = json.loads((c.out / "ready-1").read_text())
     until(lambda: not _alive(ready1), 20, "rank 1 exited")
-    restart_server(c)
+    c.restart()
     until(lambda: c.job(job)["state"] == "finished", 30, "gang finished after the restart")
     assert rank_rows(url, job) == []  # its allocation is gone: the GPUs are free
     (c.out / "second").mkdir()
@@ -138,13 +126,10 @@ def test_two_replicas_each_hearing_one_rank_run_and_finish_the_gang(tmp_path: Pa
     url = next(gen)
     c = Cluster(tmp_path, GPUPOOL_DATABASE_URL=url, GPUPOOL_LEADER_RETRY_S="0.2")
     shared_out(c)
-    other_port = free_port()
-    other_env = dict(c.env, GPUPOOL_PORT=str(other_port))
-    other = subprocess.Popen([PY, "-c", SERVER], env=other_env)
-    other_url = f"http://127.0.0.1:{other_port}"
+    other, other_url = c.replica()
     try:
-        start_agent(c, HOSTS[0], c.url)
-        start_agent(c, HOSTS[1], other_url)
+        c.start_agent(HOSTS[0])
+        c.start_agent(HOSTS[1], other_url)
         until(lambda: nodes_up(c), 90, "nodes up")
         job = c.submit(go_on_file(c.out), tasks=2, gpus=8)
         until(lambda: c.job(job)["state"] == "running", 30, "gang running")
@@ -192,7 +177,7 @@ def test_a_cancelled_job_keeps_its_gpus_until_its_process_is_gone(tmp_path: Path
     c = Cluster(tmp_path, GPUPOOL_STOP_GRACE_S="3.0")
     shared_out(c)
     try:
-        start_agent(c, HOSTS[0], c.url)
+        c.start_agent(HOSTS[0])
         until(lambda: c.nodes().get(HOSTS[0], {}).get("state") == "up", 90, "node up")
         old = c.submit(keeps_beating(c.out, "old"), tasks=1, gpus=8)
         until(lambda: (c.out / "old.alive").exists(), 30, "the old job alive")

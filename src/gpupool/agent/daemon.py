@@ -64,6 +64,7 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 ASSIGNMENT_FILE = "assignment.json"  # job id and GPUs of an assignment, beside the runtime's launch.json
 DELIVERED_FILE = "delivered"  # marks a finished assignment whose end the server has acknowledged
+SIGNALLED_PREFIX = "signalled-"  # + a stored command's id: that checkpoint signal was sent to the assignment
 _XID_MEMORY = 1024  # XIDs kept for grading: they are rare, and a GPU with a thousand needs no more evidence
 _GRADES: dict[HealthGrade, Literal["ok", "degraded", "bad"]] = {
     HealthGrade.OK: "ok",
@@ -235,6 +236,9 @@ class Agent:
         self._poller: CommandPoller | None = None  # started once the server offers the long-poll
         self._command_wait_s = 0.0
         self._held: tuple[str, ...] = ()  # command keys of the last poll's answer (see ``wire.CommandsRequest``)
+        # Ids of stored commands (signals) carried out, reported as ``executed`` until a reply no longer carries
+        # them; the assignment's directory remembers each one (SIGNALLED_PREFIX), so none is done twice.
+        self._executed: set[str] = set()
         self._push_retry_at = 0.0
         self._push_backoff = Backoff(settings.backoff, settings.seed + 1)
         self._recover()
@@ -471,10 +475,34 @@ class Agent:
                     self.launch(cmd)
                 elif isinstance(cmd, wire.StopCommand):
                     self.stop(cmd)
-                elif self.runtime.handle(cmd.assignment_id) is not None:
-                    self.runtime.send_signal(cmd.assignment_id, signal.SIGUSR1)  # the checkpoint request
+                else:
+                    self.checkpoint(cmd)
             except InputError as e:  # an assignment id that is not a safe directory name, an empty argv
                 self.log(f"command refused: {e}")
+
+    def checkpoint(self, cmd: wire.SignalCommand) -> None:
+        """SIGUSR1 to the workload, once per stored command id (an id-less one, from an older server, each time
+        it comes: such a server sends it once). A rank not running here has nothing to signal: done too."""
+        aid = cmd.assignment_id
+        if self.runtime.handle(aid) is None:
+            if cmd.command_id:
+                self._executed.add(cmd.command_id)
+            return
+        if not cmd.command_id:
+            self.runtime.send_signal(aid, signal.SIGUSR1)
+            return
+        mark = self.runtime.state_dir / aid / f"{SIGNALLED_PREFIX}{cmd.command_id}"
+        if cmd.command_id not in self._executed and not mark.exists():
+            # Marked before the signal: a crash in between loses one checkpoint request, never doubles it.
+            with contextlib.suppress(OSError):
+                mark.touch()
+            self.runtime.send_signal(aid, signal.SIGUSR1)  # the checkpoint request
+            self.log(f"{aid}: checkpoint signal (command {cmd.command_id})")
+        self._executed.add(cmd.command_id)
+
+    def _settle(self, commands: tuple[wire.LaunchCommand | wire.StopCommand | wire.SignalCommand, ...]) -> None:
+        """Stop reporting as executed the commands a reply no longer carries: the server has deleted them."""
+        self._executed &= {c.command_id for c in commands if isinstance(c, wire.SignalCommand)}
 
     # --- the server ----------------------------------------------------------------------------------------------
     def _reported(self) -> list[wire.WorkloadStatus]:
@@ -500,6 +528,7 @@ class Agent:
             ports=ports,
             xids=xids,
             workloads=tuple(self._reported()),
+            executed=tuple(sorted(self._executed)),
         )
         assert self.node_token is not None
         reply = self._unlocked(self.client.heartbeat, self.settings.host, self.node_token, req)
@@ -516,6 +545,7 @@ class Agent:
         if reply.heartbeat_interval_s > 0:
             self.interval_s = reply.heartbeat_interval_s
         self._next_beat = max(start + self.interval_s, self.clock())
+        self._settle(reply.commands)
         self.execute(reply.commands)
         self.tick()  # report the launches and fast exits at once rather than at the next beat
 
@@ -553,7 +583,9 @@ class Agent:
                 return 60.0
             if (wait := self._push_retry_at - self.clock()) > 0:
                 return wait
-            body = wire.CommandsRequest(workloads=tuple(self._reported()), held=self._held)
+            body = wire.CommandsRequest(
+                workloads=tuple(self._reported()), held=self._held, executed=tuple(sorted(self._executed))
+            )
             return PollRequest(self.settings.host, self.node_token, body, self._command_wait_s)
 
     def _pushed(self, out: PollOutcome) -> None:
@@ -564,6 +596,7 @@ class Agent:
                 self.stats.pushes += 1
                 self._push_backoff.reset()
                 self._held = tuple(wire.command_key(c) for c in out.reply.commands if c.kind != "signal")
+                self._settle(out.reply.commands)
                 self.execute(out.reply.commands)
                 self.tick()  # report the launches at once
                 return

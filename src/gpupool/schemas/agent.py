@@ -175,6 +175,9 @@ class HeartbeatRequest(_Msg):
     ports: tuple[PortSample, ...] = ()
     xids: tuple[XidSample, ...] = ()
     workloads: tuple[WorkloadStatus, ...] = ()
+    # ``command_id`` of each stored command (a signal) this agent has carried out: the server deletes them and
+    # sends them no more. None: an agent older than this field, to which a signal is sent once, not repeated.
+    executed: tuple[str, ...] | None = None
 
 
 class LaunchCommand(_Msg):
@@ -199,11 +202,15 @@ class StopCommand(_Msg):
 
 
 class SignalCommand(_Msg):
-    """A checkpoint request before a preemption: the agent sends SIGUSR1 to the workload's process group."""
+    """A checkpoint request before a preemption: the agent sends SIGUSR1 to the workload's process group.
+
+    ``command_id`` names the stored command: the server repeats it until the agent lists it as ``executed``;
+    the agent carries out one id once, however often it comes. "" (an older server): sent once."""
 
     kind: Literal["signal"] = "signal"
     assignment_id: str
     signal: Literal["checkpoint"] = "checkpoint"
+    command_id: str = Field(default="", max_length=32, pattern=r"^[0-9]*$")
 
 
 Command = Annotated[LaunchCommand | StopCommand | SignalCommand, Field(discriminator="kind")]
@@ -266,6 +273,7 @@ class CommandsRequest(_Msg):
     # ``command_key`` of each command of the previous answer: those alone do not end the wait, so a stop the
     # agent is carrying out (its process still alive) or a launch it refuses to repeat is not sent in a loop.
     held: tuple[str, ...] = ()
+    executed: tuple[str, ...] | None = None  # as in ``HeartbeatRequest``
 
 
 class CommandsReply(_CarriesCommands):

@@ -171,7 +171,7 @@ def create_app(
         # Async: a waiting poll holds a future on the event loop, not a worker thread (see ``push``).
         await run_in_threadpool(s.gateway.check_node, host, bearer(authorization))
         s.gateway.check_protocol(host, body)
-        reply = await s.push.answer(host, body.workloads, body.held, request.receive)
+        reply = await s.push.answer(host, body.workloads, body.held, request.receive, body.executed)
         return Response(status_code=204) if reply is None else reply  # 204: to an agent that hung up
 
     @app.post("/v1/agents/{host}/reports", status_code=204, response_class=Response, responses=_PROTOCOL)

@@ -16,7 +16,7 @@ from gpupool.server.hostcache import HostCache
 from gpupool.server.labels import LabelIndex
 from gpupool.server.leader import LeaderLease
 from gpupool.server.liveness import LastSeen
-from gpupool.server.loop import SchedulingLoop, SignalQueue
+from gpupool.server.loop import SchedulingLoop
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.push import CommandPush, Doorbell, Refresher
 from gpupool.server.settings import Settings
@@ -63,10 +63,9 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
     # Steady heartbeats' times are persisted in batches, three per lost-timeout (see ``liveness``).
     seen = LastSeen(store, settings.node_lost_after_s / 3)
     metrics = ServerMetrics(store, clock, seen.unflushed)
-    # Agents waiting on the commands long-poll are woken per host: by a queued checkpoint signal, and by each
-    # reload of the host cache that finds the host's assignments changed (see ``push``).
+    # Agents waiting on the commands long-poll are woken per host, by each reload of the host cache that finds
+    # the host's assignments or stored signals changed (see ``push``).
     bell = Doorbell()
-    signals = SignalQueue(on_put=lambda host: bell.ring((host,)))
     # What heartbeats read (nodes, assignments, verified node tokens), in memory; every local write drops it.
     hosts = HostCache(store, ops, settings.host_cache_s, settings.auth_cache_s, clock)
     refresher = Refresher(hosts.refresh, bell, settings.host_cache_s)
@@ -77,13 +76,12 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
         fabrics,
         settings,
         metrics,
-        signals,
         LeaderLease(store, settings.cluster_name, settings.lease_ttl_s, settings.lease_renew_s),
         clock=clock,
         seen=seen,
         hosts=hosts,
     )
-    gateway = AgentGateway(store, ops, fabrics, settings, signals, loop.nudge, clock, seen, hosts, loop.live)
+    gateway = AgentGateway(store, ops, fabrics, settings, loop.nudge, clock, seen, hosts, loop.live)
     auth = Authenticator(store, settings.admin_token, settings.auth_cache_s, clock)
     # The loop folds new jobs in without reading them back; two writers where transactions can overlap.
     submits = SubmitWriter(

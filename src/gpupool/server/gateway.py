@@ -5,7 +5,9 @@ Commands are derived, not queued: on each heartbeat, and on each pass of the age
 with what the agent says it runs. A placed rank it does not run gets a launch
 (the agent launches an assignment id at most once, so a repeat after a server restart is harmless); a rank
 it runs that is no longer assigned to it (cancelled, preempted, or requeued while the node was lost) gets a
-stop. So a restarted server, a standby taking over, or a node coming back all converge without a queue.
+stop. So a restarted server, a standby taking over, or a node coming back all converge without a queue. The
+one command the assignments cannot say, a checkpoint signal, is stored (``store.commands``): every replica
+sends it, from its host cache, until the agent lists its id as carried out (``executed``); then it is deleted.
 
 Reports of ranks (running, exited with a code, lost) are stored on the rank's allocation row, and the job
 moved as its current allocation's ranks say, in one transaction (``Store.record_rank``): no replica keeps a
@@ -37,6 +39,7 @@ from gpupool.schemas.agent import (
     RegisterReply,
     RegisterRequest,
     ReportRequest,
+    SignalCommand,
     StopCommand,
     WorkloadStatus,
     accepts,
@@ -47,7 +50,6 @@ from gpupool.server.hostcache import HostCache
 from gpupool.server.labels import derived_labels
 from gpupool.server.live import LeafMap, LiveInbox, PortCounters, gpu_events, reasons
 from gpupool.server.liveness import LastSeen
-from gpupool.server.loop import SignalQueue
 from gpupool.server.settings import Settings
 from gpupool.server.telemetry import LiveTelemetry
 from gpupool.store import Store
@@ -75,7 +77,6 @@ class AgentGateway:
         ops: ServerOps,
         fabrics: FabricCache,
         settings: Settings,
-        signals: SignalQueue,
         wake: Callable[[], None],
         clock: Callable[[], float],
         seen: LastSeen,
@@ -83,7 +84,7 @@ class AgentGateway:
         live: LiveInbox,
     ) -> None:
         self._store, self._ops, self._fabrics, self._seen, self._hosts = store, ops, fabrics, seen, hosts
-        self._settings, self._signals, self._wake, self._clock = settings, signals, wake, clock
+        self._settings, self._wake, self._clock = settings, wake, clock
         self.telemetry = LiveTelemetry()  # the dashboard's live samples: one per host, in memory only
         # Heartbeats become the scheduler's events (``live``): per-leaf counters, and each host's HCA -> leaf.
         self._live = live
@@ -186,20 +187,23 @@ class AgentGateway:
         self._watch(host, req.workloads)
         self._released(host, req.workloads)
         return HeartbeatReply(
-            commands=tuple(self.commands(host, req.workloads)),
+            commands=tuple(self.commands(host, req.workloads, req.executed)),
             heartbeat_interval_s=self._settings.heartbeat_interval_s,
             server_time_s=self._clock(),
             acked=tuple(acked),
         )
 
-    def commands(self, host: str, workloads: Sequence[WorkloadStatus]) -> list[Command]:
-        """What ``host`` must do, given what its agent says it runs: the one derivation behind heartbeat replies
-        and the pushed commands (``push``). Checkpoint signals queued for the host are taken (sent once)."""
+    def commands(
+        self, host: str, workloads: Sequence[WorkloadStatus], executed: Sequence[str] | None = None
+    ) -> list[Command]:
+        """What ``host`` must do, given what its agent says it runs and which stored commands it has carried out
+        (``executed``; None from an older agent): the one derivation behind heartbeat replies and the pushed
+        commands (``push``)."""
         desired = {a.assignment_id: a for a in self._hosts.assignments(host) if not a.releasing}
         reported = {w.assignment_id: w for w in workloads}
         # Checkpoint signals first: a rank stopped in this same reply (its GPU turned bad) is asked to save
         # its work before its SIGTERM.
-        commands: list[Command] = list(self._signals.take(host))
+        commands: list[Command] = list(self._signals(host, executed))
         for aid, a in desired.items():
             if aid not in reported and a.state is JobState.PLACED:
                 try:
@@ -214,6 +218,27 @@ class AgentGateway:
                     )
                 )
         return commands
+
+    def _signals(self, host: str, executed: Sequence[str] | None) -> list[SignalCommand]:
+        """The stored signals for ``host`` its agent has not carried out; those it has are deleted. An older
+        agent, which reports nothing carried out, gets each once: deleted as it is sent."""
+        stored = self._hosts.commands(host)
+        if not stored:
+            return []
+        done = set(executed or ())
+        out = [
+            SignalCommand(assignment_id=c.assignment_id, command_id=c.command_id)
+            for c in stored
+            if c.kind == "signal" and c.command_id not in done
+        ]
+        settled = [c.command_id for c in stored if c.command_id in done or executed is None]
+        if settled:
+            try:
+                self._store.ack_commands(host, settled)
+                self._hosts.invalidate()
+            except GpupoolError as e:  # kept: the agent lists them again, and a repeat is harmless
+                log.info("signals of %s not deleted: %s", host, e)
+        return out
 
     def report(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:
         self._apply(host, workloads)

@@ -12,7 +12,8 @@ on another replica, writes a new hash), so PBKDF2 runs once per token, not once 
 snapshot also holds every host's hash, so while it is current that renewal costs no read at all.
 
 ``watch`` lets the commands push (``push``) follow it: each invalidation is reported, and each reload names
-the hosts whose assignments differ from the previous snapshot, so the agents waiting on them are woken.
+the hosts whose assignments or stored commands (checkpoint signals) differ from the previous snapshot, so
+the agents waiting on them are woken.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpupool.store import Store
+from gpupool.store.commands import AgentCommand
 from gpupool.store.records import NodeRecord
 from gpupool.store.server_ops import Assignment, ServerOps
 
@@ -35,6 +37,7 @@ class _Snapshot:
     nodes: dict[str, NodeRecord]
     assignments: dict[str, tuple[Assignment, ...]]
     token_hashes: dict[str, str]  # host -> its current node token's stored hash
+    commands: dict[str, tuple[AgentCommand, ...]]  # host -> its stored commands (signals) not yet carried out
 
 
 class HostCache:
@@ -84,6 +87,9 @@ class HostCache:
     def assignments(self, host: str) -> tuple[Assignment, ...]:
         return self._current().assignments.get(host, ())
 
+    def commands(self, host: str) -> tuple[AgentCommand, ...]:
+        return self._current().commands.get(host, ())
+
     def put_node(self, node: NodeRecord) -> None:
         """This process just wrote ``node``: keep the written record (a newer version wins)."""
         with self._lock:
@@ -111,14 +117,12 @@ class HostCache:
             for a in self._ops.assignments():
                 by_host.setdefault(a.host, []).append(a)
             hashes = self._ops.node_token_hashes()
-            fresh = _Snapshot(generation, now, nodes, {h: tuple(v) for h, v in by_host.items()}, hashes)
+            commands = self._store.agent_commands()
+            fresh = _Snapshot(generation, now, nodes, {h: tuple(v) for h, v in by_host.items()}, hashes, commands)
             with self._lock:
                 old, self._snap = self._snap, fresh
                 self.loads += 1
-            before = {} if old is None else old.assignments
-            self._on_changed(
-                h for h in before.keys() | fresh.assignments.keys() if before.get(h) != fresh.assignments.get(h)
-            )
+            self._on_changed(_changed_hosts(old, fresh))
             return fresh
 
     # -- node tokens -------------------------------------------------------------------------------------------
@@ -142,6 +146,16 @@ class HostCache:
         digest = hashlib.sha256(token.encode()).digest()
         with self._lock:
             self._tokens[host] = (digest, stored_hash, self._clock() + self._token_ttl_s)
+
+
+def _changed_hosts(old: _Snapshot | None, new: _Snapshot) -> set[str]:
+    """Hosts whose assignments or stored commands differ between two snapshots (all of ``new``'s if no old)."""
+    out = set()
+    for field in ("assignments", "commands"):
+        before: dict[str, tuple[object, ...]] = {} if old is None else getattr(old, field)
+        after: dict[str, tuple[object, ...]] = getattr(new, field)
+        out |= {h for h in before.keys() | after.keys() if before.get(h) != after.get(h)}
+    return out
 
 
 def _nothing() -> None:

@@ -51,7 +51,6 @@ from gpupool.scheduler.deadlines import Admission, admit
 from gpupool.scheduler.driver import CycleDriver
 from gpupool.scheduler.settings import scheduler_config
 from gpupool.scheduler.types import Preemption, Signal, Waiting
-from gpupool.schemas.agent import SignalCommand
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.hostcache import HostCache
 from gpupool.server.leader import LeaderLease
@@ -87,27 +86,6 @@ def coalescing_gap(cycle_cpu_s: float, min_gap_s: float, max_busy: float) -> flo
     return max(min_gap_s, cycle_cpu_s * (1.0 - busy) / busy)
 
 
-class SignalQueue:
-    """Checkpoint signals waiting for their node's agent (the only commands not derived from the store).
-
-    ``on_put(host)`` runs after each signal is queued: the commands push wakes that host's waiting agent."""
-
-    def __init__(self, on_put: Callable[[str], None] | None = None) -> None:
-        self._lock = threading.Lock()
-        self._by_host: dict[str, list[SignalCommand]] = defaultdict(list)
-        self._on_put = on_put
-
-    def put(self, host: str, command: SignalCommand) -> None:
-        with self._lock:
-            self._by_host[host].append(command)
-        if self._on_put is not None:
-            self._on_put(host)
-
-    def take(self, host: str) -> list[SignalCommand]:
-        with self._lock:
-            return self._by_host.pop(host, [])
-
-
 class SchedulingLoop:
     def __init__(
         self,
@@ -116,7 +94,6 @@ class SchedulingLoop:
         fabrics: FabricCache,
         settings: Settings,
         metrics: ServerMetrics,
-        signals: SignalQueue,
         leader: LeaderLease,
         *,
         clock: Callable[[], float] = time.time,
@@ -124,7 +101,7 @@ class SchedulingLoop:
         hosts: HostCache | None = None,
     ) -> None:
         self._store, self._ops, self._fabrics = store, ops, fabrics
-        self._settings, self._metrics, self._signals, self._leader = settings, metrics, signals, leader
+        self._settings, self._metrics, self._leader = settings, metrics, leader
         self._clock = clock
         self._seen = seen
         self._hosts = hosts  # the gateway's view of nodes and assignments: dropped whenever this loop writes
@@ -348,8 +325,19 @@ class SchedulingLoop:
         if state.job_state(sig.job_id) not in (JobState.PLACED, JobState.RUNNING):
             return False
         log.info("checkpoint signal to %s: %s (preempted at %.0f)", sig.job_id, sig.message, sig.preempt_at_s)
-        for a in self._ops.job_assignments(sig.job_id):
-            self._signals.put(a.host, SignalCommand(assignment_id=a.assignment_id))
+        return self._checkpoint(sig.job_id)
+
+    def _checkpoint(self, job_id: str) -> bool:
+        """Store a checkpoint signal for each of ``job_id``'s ranks (under the lease); any replica delivers it."""
+        try:
+            ranks = [a.assignment_id for a in self._ops.job_assignments(job_id)]
+            self._store.queue_signals(ranks, fence=self._fence)
+        except StaleLeaderError:
+            raise
+        except GpupoolError as e:
+            log.warning("checkpoint signal to %s not stored (%s): tried again next cycle", job_id, e)
+            return False
+        self._changed()  # the host cache reloads and rings the ranks' hosts
         return True
 
     def _wait(self, waiting: Sequence[Waiting]) -> None:
@@ -382,8 +370,7 @@ class SchedulingLoop:
         for job_id, host, gpu in jobs_on(state.snapshot(), new):
             why = requeue_reason(host, gpu, self.live.reason(host, gpu))
             log.warning("job %s: %s", job_id, why)
-            for a in self._ops.job_assignments(job_id):
-                self._signals.put(a.host, SignalCommand(assignment_id=a.assignment_id))
+            self._checkpoint(job_id)
             self._preempt(state, job_id, why, now)
 
     # -- node loss ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ local write that touches assignments already invalidates that cache; the invalid
 ``Refresher`` thread, which reloads at once while polls wait, so a placement rings its hosts within one
 read of the store after it commits. While polls wait the refresher also reloads every ``host_cache_s``:
 changes another replica made ring within that time (one read for all hosts, not one per waiting agent).
-A checkpoint signal, queued in memory rather than stored, rings its host when queued.
+A checkpoint signal is stored (``store.commands``) and rings its host the same way, through the reload.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class CommandPush:
 
     def __init__(
         self,
-        derive: Callable[[str, Sequence[WorkloadStatus]], list[Command]],
+        derive: Callable[[str, Sequence[WorkloadStatus], Sequence[str] | None], list[Command]],
         bell: Doorbell,
         refresher: Refresher,
         wait_s: float,
@@ -143,11 +143,16 @@ class CommandPush:
         self._derive, self.bell, self.refresher, self.wait_s, self._clock = derive, bell, refresher, wait_s, clock
 
     async def answer(
-        self, host: str, workloads: Sequence[WorkloadStatus], held: Iterable[str], receive: Receive
+        self,
+        host: str,
+        workloads: Sequence[WorkloadStatus],
+        held: Iterable[str],
+        receive: Receive,
+        executed: Sequence[str] | None = None,
     ) -> CommandsReply | None:
         """``poll``, ended early (None) when the agent hangs up: a poll whose agent died or restarted must not
         linger for ``wait_s`` (nor hold up a server's shutdown, which waits for open requests)."""
-        poll = asyncio.ensure_future(self.poll(host, workloads, held))
+        poll = asyncio.ensure_future(self.poll(host, workloads, held, executed))
         gone = asyncio.ensure_future(_hung_up(receive))
         try:
             await asyncio.wait((poll, gone), return_when=asyncio.FIRST_COMPLETED)
@@ -158,14 +163,20 @@ class CommandPush:
         poll.cancel()
         return None
 
-    async def poll(self, host: str, workloads: Sequence[WorkloadStatus], held: Iterable[str]) -> CommandsReply:
+    async def poll(
+        self,
+        host: str,
+        workloads: Sequence[WorkloadStatus],
+        held: Iterable[str],
+        executed: Sequence[str] | None = None,
+    ) -> CommandsReply:
         known = set(held)
         deadline = time.monotonic() + self.wait_s
         while True:
             # Marked before deriving: a ring that lands while the commands are being derived ends the wait at once.
             mark = self.bell.mark(host)
-            commands = await run_in_threadpool(self._derive, host, workloads)
-            # A signal is taken from its queue by the derivation: it must go out with this answer.
+            commands = await run_in_threadpool(self._derive, host, workloads, executed)
+            # A signal derived is one the agent has not carried out (or, to an older agent, is sent once).
             fresh = any(isinstance(c, SignalCommand) or command_key(c) not in known for c in commands)
             left = deadline - time.monotonic()
             if fresh or left <= 0:

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Boolean,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -225,3 +226,29 @@ class LeadershipRow(Base):
     token: Mapped[int] = mapped_column(BigInteger)
     expires_s: Mapped[float] = mapped_column(Float)  # seconds since the epoch on the database's clock
     acquired_s: Mapped[float] = mapped_column(Float)  # when ``holder`` took it (the database's clock)
+
+
+class AgentCommandRow(Base):
+    """A command for a node's agent that its stored assignments cannot say (migration 0007): a checkpoint signal.
+
+    Written by the scheduling loop (fenced, with its lease token), sent by whichever replica the agent talks to
+    on every heartbeat reply and commands poll until the agent reports it carried it out, then deleted. It
+    belongs to one rank: when the rank's row goes (its process confirmed gone), the command goes with it."""
+
+    __tablename__ = "agent_commands"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["job_id", "assignment", "task_index"],
+            ["allocations.job_id", "allocations.assignment", "allocations.task_index"],
+            ondelete="CASCADE",
+        ),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    host: Mapped[str] = mapped_column(String(256), index=True)
+    job_id: Mapped[str] = mapped_column(String(128))
+    assignment: Mapped[int] = mapped_column(Integer)
+    task_index: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))  # "signal"
+    payload: Mapped[str] = mapped_column(Text, default="{}")  # JSON object: {"signal": "checkpoint"}
+    created_s: Mapped[float] = mapped_column(Float)
+    leader_token: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

@@ -316,6 +316,37 @@ def test_checkpoint_signal_reaches_the_workload(server: ProtocolServer, start: C
     assert server.states("ck") == [("running", None)]
 
 
+def test_a_stored_signal_is_carried_out_once_however_often_it_comes_even_across_a_restart(
+    server: ProtocolServer, start: Callable[..., Running], tmp_path: Path
+) -> None:
+    """A server repeats a stored signal until the agent lists its id as executed; replicas may repeat it after
+    that too. The workload gets SIGUSR1 once per id, and a restarted agent (same state dir) remembers it."""
+    state = tmp_path / "agent"
+    server.queue(launch("ck", TERM_HANDLER))
+    r = start(server.url, state)
+    until(lambda: "ready" in log_text(r, "ck"))
+    sig = wire.SignalCommand(assignment_id="ck", command_id="7")
+
+    def delivered_and_reported() -> bool:
+        with server.lock:
+            return not server.queued and any(b.executed == ("7",) for b in server.heartbeats)
+
+    for _ in range(3):
+        server.queue(sig)
+        until(delivered_and_reported)
+    until(lambda: "checkpoint" in log_text(r, "ck"))
+    r.halt()  # the workload keeps running: the next agent reattaches to it
+    with server.lock:
+        server.heartbeats.clear()
+    again = start(server.url, state)
+    server.queue(sig)
+    until(delivered_and_reported)
+    assert log_text(again, "ck").count("checkpoint") == 1
+    # An unknown rank's signal is settled too: nothing to signal there, so it is reported executed.
+    server.queue(wire.SignalCommand(assignment_id="elsewhere", command_id="8"))
+    until(lambda: any(b.executed and "8" in b.executed for b in server.heartbeats))
+
+
 def test_launch_of_a_missing_program_is_reported_exited_127(
     server: ProtocolServer, start: Callable[..., Running]
 ) -> None:
