@@ -6,10 +6,11 @@ emulated node advances between samples (traffic, temperatures) and that work is 
 JSON line: cpu_ms_per_sample and pct_of_one_core at the interval (target < 1 % at 1 s).
 
 Server intake (``--nodes N``, 0 to skip): a real ``gpupool server`` process on SQLite in a temp dir; N nodes
-register (8 GPUs, 8 HCAs each), then client threads send their heartbeats (8 GPU and 8 port samples, as the
-agent builds them) as fast as the server answers: first one beat per node (first_heartbeats_per_s: each
-records the node's GPU grades), then steady beats for ``--intake-s`` seconds (heartbeats_per_s, the server's
-CPU per beat from /proc, the 1-minute load average around it).
+register one after another (8 GPUs, 8 HCAs each; registrations_per_s and the server's CPU per registration),
+then client threads send their heartbeats (8 GPU and 8 port samples, as the agent builds them) as fast as
+the server answers: first one beat per node (first_heartbeats_per_s: each records the node's GPU grades),
+then steady beats for ``--intake-s`` seconds (heartbeats_per_s, the server's CPU per beat from /proc, the
+1-minute load average around it). No fabric is imported, so every port reports under the synthetic leaf.
 Usage: python benchmarks/agent_overhead.py [--samples 200] [--interval-s 1.0] [--nodes 1000] [--intake-s 10]
 """
 
@@ -97,6 +98,14 @@ def server_intake(nodes: int, seconds: float, clients: int) -> dict[str, float |
                    GPUPOOL_LOG_LEVEL="warning", GPUPOOL_HEARTBEAT_INTERVAL_S="1", GPUPOOL_NODE_LOST_AFTER_S="3600")  # fmt: skip
         server = subprocess.Popen([sys.executable, "-m", "gpupool", "server"], env=env)
         url = f"http://127.0.0.1:{port}"
+
+        def cpu_s() -> float:  # the server's user + system CPU so far (Linux /proc; 0 elsewhere)
+            try:
+                fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                return 0.0
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
         try:
             admin = httpx.Client(base_url=url, headers={"Authorization": "Bearer bench"}, timeout=30)
             for _ in range(300):
@@ -109,11 +118,13 @@ def server_intake(nodes: int, seconds: float, clients: int) -> dict[str, float |
             gpus = tuple(wire.GpuInfo(index=i, model="NVIDIA H100 80GB HBM3", memory_mib=81559) for i in range(8))
             hcas = tuple(wire.HcaInfo(name=f"mlx5_{i}", guid=f"{i:016x}", rate_gbps=400.0) for i in range(8))
             tokens: dict[str, str] = {}
+            reg_cpu0, reg_t0 = cpu_s(), time.monotonic()
             for n in range(nodes):
                 req = wire.RegisterRequest(host=f"node{n:04d}", gpus=gpus, hcas=hcas)
                 r = admin.post("/v1/agents/register", content=req.model_dump_json(),
                                headers={"Authorization": f"Bearer {join}", "Content-Type": "application/json"})  # fmt: skip
                 tokens[req.host] = r.json()["node_token"]
+            reg_wall, reg_cpu = time.monotonic() - reg_t0, cpu_s() - reg_cpu0
             beat = wire.HeartbeatRequest(
                 seq=1,
                 at_s=0.0,
@@ -179,13 +190,6 @@ def server_intake(nodes: int, seconds: float, clients: int) -> dict[str, float |
                     t.join()
                 return sum(done), sum(errors), time.monotonic() - t0
 
-            def cpu_s() -> float:  # the server's user + system CPU so far (Linux /proc; 0 elsewhere)
-                try:
-                    fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
-                except OSError:
-                    return 0.0
-                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
             first_n, first_errors, first_wall = run(0.0, first=True)
             load_before = os.getloadavg()[0]
             cpu0 = cpu_s()
@@ -198,6 +202,8 @@ def server_intake(nodes: int, seconds: float, clients: int) -> dict[str, float |
     return {
         "intake_nodes": nodes,
         "intake_clients": clients,
+        "registrations_per_s": round(nodes / reg_wall, 1),
+        "server_cpu_ms_per_registration": round(reg_cpu / nodes * 1e3, 3),
         "first_heartbeats_per_s": round(first_n / first_wall, 1),
         "heartbeats": n,
         "heartbeat_errors": errs + first_errors,

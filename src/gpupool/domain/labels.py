@@ -20,8 +20,9 @@ GPU_MODEL = "gpupool/gpu-model"
 LEAF = "gpupool/leaf"  # only for a host cabled to one leaf (single-homed); a rail-optimised host has one per rail
 SU = "gpupool/su"  # the scalable unit, as the fabric picture names it: su01, su02, ...
 RAILS = "gpupool/rails"  # how many rails (leaves of distinct rail rank) the host's HCAs reach
-# NVIDIA Topograph's keys, where their meaning applies (one leaf, one spine above it, one core above that;
-# ``accelerator`` for a multi-node NVLink domain).
+# NVIDIA Topograph's keys, as ``gpupool fabric export labels`` writes them: tier 0 (``leaf``) is a single-homed
+# host's leaf or a rail-optimised host's scalable unit; ``spine`` and ``core`` name its spine group and core
+# component by their first switch; ``accelerator`` a multi-node NVLink domain.
 TOPOGRAPH_ACCELERATOR = "network.topology.nvidia.com/accelerator"
 TOPOGRAPH_LEAF = "network.topology.nvidia.com/leaf"
 TOPOGRAPH_SPINE = "network.topology.nvidia.com/spine"

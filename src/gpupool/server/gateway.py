@@ -89,7 +89,7 @@ class AgentGateway:
         # Heartbeats become the scheduler's events (``live``): per-leaf counters, and each host's HCA -> leaf.
         self._live = live
         self._ports = PortCounters(stale_s=settings.node_lost_after_s)
-        self._leaves = LeafMap(fabrics.current, self._hcas, settings.host_cache_s, clock)
+        self._leaves = LeafMap(fabrics.imported, self._inventory, settings.host_cache_s, clock)
         self._ignored: set[tuple[str, tuple[str, ...]]] = set()  # (host, unknown fields) already logged
 
     # -- protocol versions -------------------------------------------------------------------------------------
@@ -124,7 +124,8 @@ class AgentGateway:
             raise AuthError("the join token is unknown, revoked or expired")
         actor = f"agent:{req.host}"
         model = req.gpus[0].model if req.gpus else ""
-        fabric, _ = self._fabrics.current()
+        # Derived from the imported fabric only (parsed once per version): no fabric is built per registration.
+        fabric, _ = self._fabrics.imported()
         labels = {**derived_labels(fabric, req), **req.labels}  # the node's configuration wins over derivation
         self._store.upsert_node(req.host, gpu_model=model, gpu_count=len(req.gpus), labels=labels, actor=actor)
         token = self._ops.register_agent(
@@ -243,10 +244,9 @@ class AgentGateway:
     def report(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:
         self._apply(host, workloads)
 
-    def _hcas(self, host: str) -> list[tuple[str, str]]:
-        """``(device name, GUID)`` of every HCA port ``host`` registered."""
-        inv = self._ops.agent(host).inventory
-        return [(str(h.get("name", "")), str(h.get("guid", ""))) for h in inv.get("hcas", [])]
+    def _inventory(self, host: str) -> RegisterRequest:
+        """What ``host`` registered (its HCAs, for the leaf map)."""
+        return RegisterRequest.model_validate(self._ops.agent(host).inventory)
 
     # -- workload states -> rank rows -> job states ----------------------------------------------------------
     def _apply(self, host: str, workloads: Sequence[WorkloadStatus]) -> list[str]:

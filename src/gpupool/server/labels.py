@@ -1,9 +1,10 @@
 """Node labels on the server: the ones derived at registration, and the submit-time check of a selector.
 
 Derived labels (``gpupool.domain.labels``) come from the registering agent's inventory (GPU model) and the
-fabric (leaf, scalable unit, rails, and NVIDIA Topograph's keys where they apply); they are stored with the
-agent's own labels at every registration, so a fabric imported later shows in them when the node next
-registers. ``LabelIndex`` answers, at submit, whether any node has every label of a job's ``node_selector``;
+imported fabric (leaf, scalable unit, rails, and NVIDIA Topograph's keys as ``fabric export labels`` writes
+them); they are stored with the agent's own labels at every registration, so a fabric imported later shows
+in them when the node next registers. The synthetic fabric (no import) says nothing about a host's place, so
+it gives none. ``LabelIndex`` answers, at submit, whether any node has every label of a job's ``node_selector``;
 a selector nobody can match is refused with the labels that do exist, rather than waiting forever.
 """
 
@@ -16,8 +17,8 @@ from functools import lru_cache
 
 from gpupool.domain import labels as keys
 from gpupool.domain.errors import GpupoolError
+from gpupool.fabric.export.topograph import node_labels
 from gpupool.fabric.fabric import Fabric
-from gpupool.fabric.model import Tier
 from gpupool.schemas.agent import RegisterRequest
 from gpupool.store.records import NodeRecord
 
@@ -29,50 +30,30 @@ class NoMatchingNodesError(GpupoolError):
 
 
 @lru_cache(maxsize=4)
-def _parents(fabric: Fabric) -> tuple[frozenset[int], ...]:
-    """Per switch, the switches one tier up it is cabled to (computed once per fabric)."""
-    ix = {sw.guid: i for i, sw in enumerate(fabric.switches)}
-    up: list[set[int]] = [set() for _ in fabric.switches]
-    for link in fabric.links:
-        a, b = ix.get(link.a.node), ix.get(link.b.node)
-        if a is None or b is None:
-            continue
-        ta, tb = fabric.switches[a].tier, fabric.switches[b].tier
-        if tb == ta + 1:
-            up[a].add(b)
-        elif ta == tb + 1:
-            up[b].add(a)
-    return tuple(frozenset(u) for u in up)
+def _topograph(fabric: Fabric) -> dict[str, dict[str, str]]:
+    """Every host's Topograph labels, as ``gpupool fabric export labels`` writes them (once per fabric)."""
+    return node_labels(fabric, "nvidia")
 
 
 def derived_labels(fabric: Fabric | None, inventory: RegisterRequest) -> dict[str, str]:
+    """The labels gpupool derives for a registering node: its GPU model, and from the imported ``fabric`` its
+    leaf (single-homed hosts only), scalable unit and rail count, plus NVIDIA Topograph's keys exactly as the
+    exporter writes them (one function, so an agent's node and an exported label file agree): tier 0 is
+    the leaf of a single-homed host and the scalable unit of a rail-optimised one."""
     out: dict[str, str] = {}
     if inventory.gpus:
         out[keys.GPU_MODEL] = inventory.gpus[0].model
     if fabric is None or not fabric.has_host(inventory.host):
         return out
-    h = fabric.host_index(inventory.host)
-    host = fabric.hosts[h]
-    leaves = fabric.host_leaves[h]
-    if host.nvlink_domain:
-        out[keys.TOPOGRAPH_ACCELERATOR] = host.nvlink_domain
-    if not leaves:
-        return out
-    su = int(fabric.leaf_su[leaves[0]])
-    if su >= 0:
-        out[keys.SU] = f"su{su + 1:02d}"
-    out[keys.RAILS] = str(len({int(fabric.leaf_rail[s]) for s in leaves}))
-    if len(leaves) != 1:
-        return out  # one leaf per rail: no single leaf, spine or core names the host's place
-    leaf = leaves[0]
-    out[keys.LEAF] = out[keys.TOPOGRAPH_LEAF] = fabric.switches[leaf].name
-    up = _parents(fabric)
-    spines = [s for s in up[leaf] if fabric.switches[s].tier == Tier.SPINE]
-    if len(spines) == 1:
-        out[keys.TOPOGRAPH_SPINE] = fabric.switches[spines[0]].name
-        cores = [s for s in up[spines[0]] if fabric.switches[s].tier == Tier.CORE]
-        if len(cores) == 1:
-            out[keys.TOPOGRAPH_CORE] = fabric.switches[cores[0]].name
+    leaves = fabric.host_leaves[fabric.host_index(inventory.host)]
+    if leaves:
+        su = int(fabric.leaf_su[leaves[0]])
+        if su >= 0:
+            out[keys.SU] = f"su{su + 1:02d}"
+        out[keys.RAILS] = str(len({int(fabric.leaf_rail[s]) for s in leaves}))
+        if len(leaves) == 1:  # one leaf per rail: no single leaf names a rail-optimised host's place
+            out[keys.LEAF] = fabric.switches[leaves[0]].name
+    out.update(_topograph(fabric).get(inventory.host, {}))
     return out
 
 

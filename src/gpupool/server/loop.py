@@ -29,8 +29,6 @@ from gpupool.cluster import ClusterState
 from gpupool.domain.errors import GpupoolError, StaleLeaderError
 from gpupool.domain.events import (
     Event,
-    GpuHealthChanged,
-    HealthGrade,
     JobCancelled,
     JobFinished,
     JobPlaced,
@@ -38,7 +36,6 @@ from gpupool.domain.events import (
     JobStarted,
     JobSubmitted,
     NodeDrained,
-    NodeLabelled,
     NodeLost,
     NodeRestored,
     RanksReleased,
@@ -54,7 +51,7 @@ from gpupool.scheduler.types import Preemption, Signal, Waiting
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.hostcache import HostCache
 from gpupool.server.leader import LeaderLease
-from gpupool.server.live import LiveInbox, jobs_on, requeue_reason
+from gpupool.server.live import HeldFacts, LiveInbox, jobs_on, requeue_reason
 from gpupool.server.liveness import LastSeen
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.settings import Settings
@@ -121,9 +118,7 @@ class SchedulingLoop:
         self._db_state: dict[str, JobState] = {}
         self._versions: dict[str, int] = {}
         self._reasons: dict[str, tuple[str, str]] = {}
-        self._health: dict[str, tuple[HealthGrade, ...]] = {}  # GPU grades the state holds, per host
-        self._bad: set[tuple[str, int]] = set()  # (host, GPU) graded BAD whose jobs were requeued
-        self._labels: dict[str, tuple[tuple[str, str], ...]] = {}  # labels the state holds, per host
+        self._facts = HeldFacts()  # the GPU grades and labels the state holds
         # Heartbeats' events (``server.live``), handed over by the gateway after their writes committed.
         self.live = LiveInbox(self.nudge)
         self._sharing = SharingBuilder(store, settings.scheduler)
@@ -237,15 +232,14 @@ class SchedulingLoop:
         if fabric is None:
             self._state = None
             return CycleReport(0, 0, 0, False, time.perf_counter() - started)
-        live = self.live.drain()
         if self._state is None or self._dirty or key != self._key or not self._sync():
-            self._rebuild(key)  # re-applies the latest telemetry, so ``live`` is in it
+            self._rebuild(key)  # re-applies the latest telemetry and drops what was pending (``restart``)
             rebuilt = True
         state = self._state
         assert state is not None
         now = self._clock()
         if not rebuilt:
-            self._fold(state, live)
+            self._facts.fold(state, self.live.drain())
         self._requeue_bad(state, now)
         snap = state.snapshot()
         pending = tuple(j for j in snap.pending if self._db_state.get(j.job_id) is JobState.PENDING)
@@ -347,27 +341,10 @@ class SchedulingLoop:
         self._reasons = reasons
 
     # -- live events -------------------------------------------------------------------------------------------
-    def _fold(self, state: ClusterState, events: Sequence[Event]) -> None:
-        """Apply heartbeats' events; those of hosts or switches the fabric lacks are dropped."""
-        for e in events:
-            try:
-                state.apply(e)
-            except GpupoolError:
-                continue
-            if isinstance(e, GpuHealthChanged):
-                grades = list(self._health.get(e.host, ()))
-                grades += [HealthGrade.OK] * (e.gpu + 1 - len(grades))
-                grades[e.gpu] = e.grade
-                self._health[e.host] = tuple(grades)  # the store holds it too: the per-cycle diff stays quiet
-            elif isinstance(e, NodeLabelled):
-                self._labels[e.host] = e.labels
-
     def _requeue_bad(self, state: ClusterState, now: float) -> None:
         """A job holding a GPU that turned BAD gets its checkpoint signal and goes back to the queue whole, as
         the simulator's world does on an XID; placed elsewhere by this very cycle if it fits."""
-        bad = {(h, g) for h, grades in self._health.items() for g, x in enumerate(grades) if x is HealthGrade.BAD}
-        new, self._bad = bad - self._bad, bad
-        for job_id, host, gpu in jobs_on(state.snapshot(), new):
+        for job_id, host, gpu in jobs_on(state.snapshot(), self._facts.newly_bad()):
             why = requeue_reason(host, gpu, self.live.reason(host, gpu))
             log.warning("job %s: %s", job_id, why)
             self._checkpoint(job_id)
@@ -424,6 +401,9 @@ class SchedulingLoop:
     def _rebuild(self, key: tuple[object, ...]) -> None:
         fabric, key = self._fabrics.current()
         assert fabric is not None
+        # Taken before the store is read: an event put from here on is pending for the next cycle's drain,
+        # and one put before is in ``telemetry`` (or, a durable fact, in the store), so none is lost or doubled.
+        telemetry = self.live.restart()
         loaded = self._store.load_state()
         state = ClusterState(fabric)
         for job in loaded.jobs:
@@ -451,12 +431,9 @@ class SchedulingLoop:
                 state.apply(NodeLost(host.name, 0.0))
             elif n.state is NodeState.DRAINED:
                 state.apply(NodeDrained(host.name, 0.0))
-        self._health = {}
-        self._bad = set()  # a job the store still places on a BAD GPU is requeued by this cycle
-        self._sync_health(state, loaded.nodes, self._clock())
-        self._labels = {}
-        self._sync_labels(state, loaded.nodes, self._clock())
-        for ev in self.live.latest():
+        self._facts = HeldFacts()  # a job the store still places on a BAD GPU is requeued by this cycle
+        self._facts.sync(state, loaded.nodes, self._clock())
+        for ev in telemetry:
             try:
                 state.apply(ev)
             except GpupoolError:
@@ -539,30 +516,10 @@ class SchedulingLoop:
             driver.finished(spec, state.service_gpu_s(job_id, now))
         state.apply(JobFinished(job_id, now, succeeded=old is JobState.RUNNING))
 
-    def _sync_health(self, state: ClusterState, nodes: Sequence[NodeRecord], now: float) -> None:
-        """Fold the GPU grades the gateway stored from heartbeats into the state (a BAD GPU is never placed on)."""
-        fabric, max_gpus = state.index.fabric, state.index.max_gpus
-        for n in nodes:
-            if not fabric.has_host(n.name) or self._health.get(n.name) == n.health:
-                continue
-            old = self._health.get(n.name, ())
-            for gpu, grade in enumerate(n.health[:max_gpus]):
-                if gpu >= len(old) or old[gpu] is not grade:
-                    state.apply(GpuHealthChanged(n.name, gpu, grade, now))
-            self._health[n.name] = n.health
-
-    def _sync_labels(self, state: ClusterState, nodes: Sequence[NodeRecord], now: float) -> None:
-        """Fold in labels stored by another replica (this one's arrive as ``NodeLabelled`` events)."""
-        for n in nodes:
-            if state.index.fabric.has_host(n.name) and self._labels.get(n.name, ()) != n.labels:
-                state.apply(NodeLabelled(n.name, n.labels, now))
-                self._labels[n.name] = n.labels
-
     def _sync_nodes(self, state: ClusterState, now: float) -> None:
         fabric = state.index.fabric
         nodes = self._store.list_nodes()
-        self._sync_health(state, nodes, now)
-        self._sync_labels(state, nodes, now)
+        self._facts.sync(state, nodes, now)
         for n in nodes:
             if not fabric.has_host(n.name):
                 continue

@@ -507,6 +507,13 @@ class ServerOps:
             return AgentRecord(r.host, r.agent_url, r.address, loads(r.inventory, f"agent {r.host}"), r.registered_s)
 
 
+def fabric_version(store: Store) -> int | None:
+    """The stored fabric's version (None when none was imported): one indexed read."""
+    with store._tx(write=False) as s:
+        version = s.scalar(select(FabricRow.version).where(FabricRow.id == 1))
+    return None if version is None else int(version)
+
+
 def topology_key(store: Store) -> tuple[object, ...]:
     """What the scheduling fabric depends on, read cheaply: the stored fabric's version and the agents' set."""
     with store._tx(write=False) as s:

@@ -109,6 +109,34 @@ def test_congestion_survives_a_rebuild_of_the_loops_state(api: Api) -> None:
     assert hosts_of(api, job) == list(LEAF["leaf-01"])
 
 
+def test_a_beat_that_lands_while_the_loop_rebuilds_is_applied_once(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant: each counter report reaches the loop's state once. Applied twice (once by the rebuild, once by
+    the next cycle's drain) it reads as no growth in no time, and the congested leaf looks clear."""
+    acme, nodes = setup(api)
+    api.srv.loop.run_cycle()
+    congested = lambda: [beat(api, h, nodes[h], ports=port(wait=1e8)) for h in LEAF["leaf-01"]]  # noqa: E731
+    for _ in range(2):
+        api.clock.t += 1.0
+        congested()
+    api.srv.loop.run_cycle()
+    r = api.client.put("/v1/fabric", json=jsonio.to_dict(FABRIC), headers=api.admin())
+    assert r.status_code == 200  # a new fabric version: the next cycle rebuilds its state from the store
+    load = api.srv.store.load_state
+
+    def beat_then_load() -> Any:  # the beat's request thread wins the race against the rebuild's read
+        api.clock.t += 1.0
+        congested()
+        return load()
+
+    monkeypatch.setattr(api.srv.store, "load_state", beat_then_load)
+    assert api.srv.loop.run_cycle().rebuilt
+    monkeypatch.undo()
+    job = submit(api, acme, GANG)
+    report = api.srv.loop.run_cycle()
+    assert not report.rebuilt and report.placed == 1
+    assert hosts_of(api, job) == list(LEAF["leaf-02"])
+
+
 def test_a_leaf_whose_ports_went_down_is_avoided(api: Api) -> None:
     acme, nodes = setup(api)
     api.clock.t += 1.0

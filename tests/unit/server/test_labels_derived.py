@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
+from gpupool.fabric.export.topograph import node_labels
 from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.generators import fat_tree, leaf_spine, superpod
 from gpupool.schemas.agent import GpuInfo, RegisterRequest
@@ -26,21 +29,33 @@ def test_single_homed_leaf_spine_host_gets_leaf_spine_and_topograph_keys() -> No
     }
 
 
-def test_two_spines_above_a_leaf_name_no_single_spine() -> None:
+def test_a_spine_group_is_named_by_its_first_spine_as_the_exporter_names_it() -> None:
     got = derived_labels(leaf_spine(2, 2, 2), inventory("node001"))
     assert got["network.topology.nvidia.com/leaf"] == "leaf-01"
-    assert "network.topology.nvidia.com/spine" not in got
+    assert got["network.topology.nvidia.com/spine"] == "spine-01"
 
 
-def test_rail_optimised_host_has_its_su_and_rails_but_no_single_leaf() -> None:
-    got = derived_labels(superpod(1), inventory("dgx005"))
-    assert got["gpupool/su"] == "su01" and got["gpupool/rails"] == "8"
-    assert not {"gpupool/leaf", "network.topology.nvidia.com/leaf"} & set(got)
+def test_rail_optimised_host_has_its_su_as_topograph_tier_0_but_no_gpupool_leaf() -> None:
+    got = derived_labels(superpod(2), inventory("dgx040"))
+    assert got["gpupool/su"] == "su02" and got["gpupool/rails"] == "8"
+    assert got["network.topology.nvidia.com/leaf"] == "su02"
+    assert "gpupool/leaf" not in got
 
 
-def test_fat_tree_edge_has_several_aggregation_switches() -> None:
+@pytest.mark.parametrize(
+    ("fabric", "host"), [(leaf_spine(2, 1, 2), "node003"), (superpod(2), "dgx040"), (fat_tree(4), "node005")]
+)
+def test_topograph_keys_are_the_exporters_labels_of_the_host(fabric: Fabric, host: str) -> None:
+    got = derived_labels(fabric, inventory(host))
+    exported = node_labels(fabric, "nvidia")[host]
+    assert exported and {k: v for k, v in got.items() if k.startswith("network.topology.nvidia.com/")} == exported
+
+
+def test_fat_tree_edge_gets_its_leaf_pod_and_core() -> None:
     got = derived_labels(fat_tree(4), inventory("node001"))
-    assert got["gpupool/leaf"] == "edge-p01-01" and "network.topology.nvidia.com/spine" not in got
+    assert got["gpupool/leaf"] == "edge-p01-01"
+    assert got["network.topology.nvidia.com/spine"] == "agg-p01-01"
+    assert got["network.topology.nvidia.com/core"] == "core-001"
 
 
 def test_a_multi_node_nvlink_domain_is_topographs_accelerator() -> None:

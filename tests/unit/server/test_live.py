@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpupool.cluster import ClusterState
 from gpupool.domain.events import (
@@ -124,5 +127,93 @@ def test_the_inbox_keeps_the_newest_per_key_bounded_and_wakes_for_decisions() ->
     assert inbox.drain() == []
     inbox.put([GpuHealthChanged("node001", 0, HealthGrade.BAD, 6.0), NodeLabelled("node001", (("a", "b"),), 6.0)])
     assert woken == [1]
-    # A rebuild gets the telemetry (last two counter reports, for the reducer's delta) but not the durable facts.
-    assert inbox.latest() == got
+    # A rebuild gets the telemetry (last two counter reports, for the reducer's delta) but not the durable facts,
+    # and what was pending goes with it: those facts are in the store the rebuild reads.
+    assert inbox.restart() == got
+    assert inbox.drain() == []
+
+
+def test_a_report_put_while_the_loop_rebuilds_reaches_the_new_state_once() -> None:
+    """Invariant: every event reaches the loop's current state exactly once. A counter report applied twice
+    reads as no growth in no time, which would clear a congested leaf until its next report."""
+    inbox = LiveInbox()
+    first, second, third = (PortCountersReported("leaf-01", round(1e8 * t), 0, float(t)) for t in range(3))
+    inbox.put([first, second])
+    assert inbox.drain() == [first, second]  # folded into the old state
+    inbox.put([third])  # a beat while the loop starts a rebuild
+    fresh = inbox.restart()
+    assert fresh == [second, third]  # the new state gets both reports it needs for the delta
+    inbox.put([])
+    assert inbox.drain() == []  # and the next cycle does not apply ``third`` again
+    state = ClusterState(FABRIC)
+    for e in fresh + inbox.drain():
+        state.apply(e)
+    assert float(state.snapshot().switch_congestion[state.index.switch_ix["leaf-01"]]) == 1.0  # 1e8/s: 2x saturated
+
+
+class _Reference:
+    """The per-leaf sums recomputed from every port on each report: the definition the counters keep."""
+
+    def __init__(self, stale_s: float) -> None:
+        self.stale_s = stale_s
+        self.ports: dict[tuple[str, str, int], tuple[str, float, float, str, float]] = {}
+        self.leaves: dict[str, list[Any]] = {}  # leaf -> [wait, errors, at_s, state]
+
+    def events(self, host: str, ports: tuple[PortSample, ...], leaf_of: dict[str, str], at: float) -> list[Any]:
+        touched = set()
+        for p in ports:
+            if p.hca in leaf_of:
+                rates = (p.xmit_wait_per_s or 0.0, p.errors_per_s or 0.0)
+                self.ports[(host, p.hca, p.port)] = (leaf_of[p.hca], *rates, p.state, at)
+                touched.add(leaf_of[p.hca])
+        out: list[Any] = []
+        for leaf in sorted(touched):
+            fresh = [v for v in self.ports.values() if v[0] == leaf and at - v[4] <= self.stale_s]
+            st = self.leaves.setdefault(leaf, [0.0, 0.0, None, LinkState.UP])
+            if st[2] is None or at > st[2]:
+                if st[2] is not None:
+                    st[0] += sum(v[1] for v in fresh) * (at - st[2])
+                    st[1] += sum(v[2] for v in fresh) * (at - st[2])
+                st[2] = at
+                out.append(PortCountersReported(leaf, round(st[0]), round(st[1]), at))
+            states = [v[3] for v in fresh]
+            state = (
+                LinkState.DOWN
+                if states and all(x == "down" for x in states)
+                else (LinkState.DEGRADED if any(x != "up" for x in states) else LinkState.UP)
+            )
+            if state is not st[3]:
+                st[3] = state
+                out.append(LinkHealthChanged(leaf, state, at))
+        return out
+
+
+_BEAT = st.tuples(
+    st.sampled_from(["h1", "h2", "h3", "h4"]),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["mlx5_0", "mlx5_1", "eth0"]),
+            st.integers(0, 10**8),
+            st.integers(0, 50),
+            st.sampled_from(["up", "up", "down", "degraded"]),
+        ),
+        max_size=3,
+    ),
+    st.integers(0, 4),  # seconds since the previous beat (0: two beats in the same instant)
+    st.booleans(),  # the host's mlx5_1 moved to the other leaf (a new fabric)
+)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(_BEAT, max_size=40))
+def test_kept_sums_give_the_events_of_recomputing_every_port(beats: list[Any]) -> None:
+    """Integer rates and times, so both sides are exact: the incremental sums are the recomputed ones."""
+    kept, ref = PortCounters(stale_s=5.0), _Reference(stale_s=5.0)
+    t = 0.0
+    for host, ports, dt, moved in beats:
+        t += dt
+        leaf_of = {"mlx5_0": "leaf-01", "mlx5_1": "leaf-02" if moved else "leaf-01"}
+        samples = tuple(
+            PortSample(hca=h, state=state, xmit_wait_per_s=float(w), errors_per_s=float(e)) for h, w, e, state in ports
+        )
+        assert kept.events(host, samples, leaf_of, t) == ref.events(host, samples, leaf_of, t)
