@@ -38,7 +38,7 @@ from gpupool.agent.emulated import EmulatedNode
 from gpupool.agent.gpu import FileGpuProbe, GpuProbe
 from gpupool.agent.health import NodeHealth, assess_node
 from gpupool.agent.ib import PortRates, SysfsIbProbe
-from gpupool.agent.isolation import Isolation, default_work_root
+from gpupool.agent.isolation import Isolation, default_work_root, launch_files
 from gpupool.agent.nvml import NvmlGpuProbe, NvmlUnavailableError
 from gpupool.agent.push import CommandPoller, PollOutcome, PollRequest
 from gpupool.agent.reporter import (
@@ -450,7 +450,7 @@ class Agent:
             check_command(cmd.argv, env)  # the API checked it too; a node does not rely on that
             gpus = self.sources.gpus.inventory() if self.sources.gpus is not None else ()
             env, confine = self.settings.isolation.plan(cmd, env, gpus, self.work_root)
-            h = self.runtime.launch(aid, cmd.argv, env, confine=confine)
+            h = self.runtime.launch(aid, cmd.argv, env, confine=confine, files=launch_files(cmd))
         except Exception as e:  # whatever a tenant sent, the job fails with a reason and the agent stays up
             why = _launch_failure(cmd.argv, e)
             self.log(f"{aid}: not started: {why}")

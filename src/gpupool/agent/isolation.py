@@ -9,7 +9,8 @@
   its own GPUs' ``/dev/nvidiaN`` (N: the GPU's minor number), the NVIDIA control devices and the RDMA
   devices (``/dev/infiniband/*``: NCCL needs them), besides the standard pseudo devices;
 - seeing its GPUs by UUID (``CUDA_VISIBLE_DEVICES``, with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``), so no
-  renumbering can show it another GPU.
+  renumbering can show it another GPU;
+- with its gang's MPI hostfile in its working directory (``GPUPOOL_HOSTFILE``), when the server sent one.
 
 With ``users`` None (an agent that is not root, or ``--isolation off``) workloads run as the agent's user:
 they still get their own working directory and GPU UUIDs, but nothing keeps them from the agent's files.
@@ -38,6 +39,14 @@ DEFAULT_PIDS_MAX = 16384  # threads count too: a data loader with many workers s
 # Where isolated jobs' working directories go unless --work-dir says: a system place every user can reach,
 # whatever private directory the agent's state is in.
 ISOLATED_WORK_ROOT = Path("/var/lib/gpupool/agent-work")
+
+
+HOSTFILE = "hostfile"  # the gang's MPI hostfile, in the rank's working directory (GPUPOOL_HOSTFILE)
+
+
+def launch_files(cmd: wire.LaunchCommand) -> dict[str, str]:
+    """What a rank's working directory holds before it starts (``WorkloadRuntime.launch``'s ``files``)."""
+    return {HOSTFILE: cmd.hostfile} if cmd.hostfile else {}
 
 
 def default_work_root(state_dir: Path) -> Path:
@@ -85,6 +94,8 @@ class Isolation:
         if gpus:
             out["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid or str(g.index) for g in gpus)
             out["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        if cmd.hostfile:
+            out["GPUPOOL_HOSTFILE"] = str(work_root / cmd.assignment_id / HOSTFILE)
         run_as = self.users.resolve(cmd.tenant) if self.users is not None else None
         if run_as is not None:
             home = str(work_root / cmd.assignment_id)

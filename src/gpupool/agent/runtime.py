@@ -203,6 +203,17 @@ class WorkloadRuntime:
             os.chown(w, confine.run_as.uid, confine.run_as.gid)
         return w
 
+    def _write_files(self, where: Path, files: Mapping[str, str], confine: Confinement) -> None:
+        for name, text in files.items():
+            path = where / name
+            if path.parent != where:
+                raise InputError(f"file name {name!r} is not a plain name", source=str(where))
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            if confine.run_as is not None:
+                os.chown(path, confine.run_as.uid, confine.run_as.gid)
+
     def launch(
         self,
         assignment_id: str,
@@ -210,9 +221,11 @@ class WorkloadRuntime:
         env: Mapping[str, str],
         cwd: str | Path | None = None,
         confine: Confinement | None = None,
+        files: Mapping[str, str] | None = None,
     ) -> WorkloadHandle:
         """Start ``argv`` with exactly ``env`` (the caller adds PATH and the rest), held as ``confine`` says,
-        in ``cwd`` (default: its own working directory when ``confine`` gives one). A known id starts nothing.
+        in ``cwd`` (default: its own working directory when ``confine`` gives one), with ``files`` (name ->
+        text, readable by the workload only) written first into its working directory (else its state directory). A known id starts nothing.
         Raises OSError when the workload could not be started (the launcher's reason), InputError for an
         unsafe id or an empty argv."""
         d = self._dir(assignment_id)
@@ -226,6 +239,8 @@ class WorkloadRuntime:
         workdir = self._workdir(assignment_id, confine)
         cgroup = None
         try:
+            if files:
+                self._write_files(workdir or d, files, confine)
             if self.cgroups is not None and confine.limits is not None:
                 cgroup = self.cgroups.create(assignment_id, confine.limits)
             child = self._spawn(d, argv, env, cwd or workdir, confine, cgroup)

@@ -107,9 +107,17 @@ def job(job_id: str, fmt: FmtOpt = Fmt.TABLE) -> None:
     with _client() as c:
         j = c.job(job_id)
         events = c.events(job_id).events if fmt is Fmt.TABLE else []
+        attempts = c.attempts(job_id).attempts if fmt is Fmt.TABLE and j.attempt else []
     if fmt is Fmt.TABLE:
         for k, v in j.model_dump().items():
             typer.echo(f"{k:16} {v}")
+        if attempts:
+            typer.echo("attempts:")
+            for a in attempts:
+                code = "" if a.exit_code is None else f" exit {a.exit_code}"
+                typer.echo(
+                    f"  {a.attempt:3}  {a.state:10} {','.join(dict.fromkeys(a.hosts))}{code}  {a.reason}".rstrip()
+                )
         typer.echo("events:")
         for e in events:
             why = e.data.get("reason", "")

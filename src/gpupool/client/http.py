@@ -137,6 +137,9 @@ class Client:
     def events(self, job_id: str) -> api.EventList:
         return self._call("GET", f"/v1/jobs/{job_id}/events", api.EventList)
 
+    def attempts(self, job_id: str) -> api.AttemptList:
+        return self._call("GET", f"/v1/jobs/{job_id}/attempts", api.AttemptList)
+
     def why(self, job_id: str) -> api.WhyOut:
         return self._call("GET", f"/v1/jobs/{job_id}/why", api.WhyOut)
 

@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from gpupool.cluster.index import FabricIndex
 from gpupool.domain.jobs import Allocation, JobSpec
+from gpupool.domain.states import JobState
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -93,6 +94,7 @@ class ClusterSnapshot:
     pending: tuple[JobSpec, ...]
     attained_gpu_s: Mapping[str, float]  # GPU-seconds of service each job has had so far (for LAS)
     preemption_count: Mapping[str, int]  # how often each job has been preempted (its history in the queue)
+    job_states: Mapping[str, JobState] = field(default_factory=dict)  # of the jobs pending jobs depend on
     memo: SnapshotMemo = field(default_factory=SnapshotMemo, compare=False, repr=False)
 
     @property

@@ -24,6 +24,7 @@ from gpupool.cluster.snapshot import (
     RunningJob,
     SnapshotMemo,
 )
+from gpupool.domain.dependencies import TERMINAL
 from gpupool.domain.errors import CapacityConflictError, TransitionError
 from gpupool.domain.events import (
     Event,
@@ -31,6 +32,7 @@ from gpupool.domain.events import (
     HealthGrade,
     JobCancelled,
     JobCheckpointed,
+    JobEnded,
     JobFinished,
     JobPlaced,
     JobPreempted,
@@ -53,6 +55,7 @@ from gpupool.fabric.fabric import Fabric
 
 _NODE_CODE = {NodeState.UP: NODE_UP, NodeState.DRAINED: NODE_DRAINED, NodeState.LOST: NODE_LOST}
 _LINK_CODE = {LinkState.UP: LINK_UP, LinkState.DEGRADED: LINK_DEGRADED, LinkState.DOWN: LINK_DOWN}
+_NO_STATES: MappingProxyType[str, JobState] = MappingProxyType({})
 
 
 def _ro(a: np.ndarray) -> np.ndarray:
@@ -93,6 +96,7 @@ class ClusterState:
         self._releasing: dict[str, Allocation] = {}
         self._attained: dict[str, float] = {}
         self._preempted: dict[str, int] = {}
+        self._dependent: set[str] = set()  # jobs with dependencies not yet ended (pending ones are waiting on them)
         self.version = 0
         self._snap: ClusterSnapshot | None = None
         # Read-only copies the next snapshot may reuse, per group of arrays; an event drops the groups it
@@ -114,6 +118,15 @@ class ClusterState:
     def releasing(self) -> dict[str, Allocation]:
         """Per stopped job, its ranks still holding GPUs until their processes are confirmed gone."""
         return dict(self._releasing)
+
+    def unknown_dependencies(self) -> list[str]:
+        """Jobs the pending jobs depend on that this state does not hold: ended before it was built (a server's
+        rebuild), or never stored. Their ends are to be read and applied (``JobEnded``) before a cycle."""
+        return sorted({j for spec in self._waiting_on() for d in spec.after for j in d.job_ids} - self._jobs.keys())
+
+    def _waiting_on(self) -> list[JobSpec]:
+        """The pending jobs with dependencies (most queues have none: no walk over the whole queue)."""
+        return [self._pending[j] for j in self._dependent if j in self._pending]
 
     def job_spec(self, job_id: str) -> JobSpec | None:
         return self._specs.get(job_id)
@@ -138,6 +151,8 @@ class ClusterState:
                 self._jobs[job.job_id] = JobState.PENDING
                 self._specs[job.job_id] = job
                 self._pending[job.job_id] = job
+                if job.after:
+                    self._dependent.add(job.job_id)
             case JobPlaced(allocation=alloc, at_s=at):
                 placed = self._check_job(alloc.job_id, JobState.PLACED)
                 self._take(alloc)  # may raise: the job stays pending and the capacity untouched
@@ -176,6 +191,14 @@ class ClusterState:
                     self._end(job_id, at, requeue=False)
                 else:
                     self._pending.pop(job_id, None)
+                self._forget(job_id)
+            case JobEnded(job_id=job_id, state=final, at_s=at):
+                if final not in TERMINAL:
+                    raise TransitionError(f"job {job_id}: {final.value} is not an end")
+                if job_id in self._running:
+                    self._end(job_id, at, requeue=False)
+                self._pending.pop(job_id, None)
+                self._jobs[job_id] = final
                 self._forget(job_id)
             case JobPreempted(job_id=job_id, at_s=at):
                 self._job_to(job_id, JobState.PENDING)
@@ -220,7 +243,15 @@ class ClusterState:
         match event:
             case JobSubmitted() | JobStarted() | JobCheckpointed():
                 pass  # only the job maps changed
-            case JobPlaced() | JobFinished() | JobCancelled() | JobPreempted() | RanksReleasing() | RanksReleased():
+            case (
+                JobPlaced()
+                | JobFinished()
+                | JobCancelled()
+                | JobEnded()
+                | JobPreempted()
+                | RanksReleasing()
+                | RanksReleased()
+            ):
                 self._usage_ro = None
             case NodeDrained() | NodeRestored() | NodeLabelled():
                 self._nodes_ro = None
@@ -271,11 +302,21 @@ class ClusterState:
             switch_link_state=link,
             running=MappingProxyType(dict(self._running)),
             pending=tuple(self._pending.values()),
+            job_states=self._dependency_states(),
             attained_gpu_s=MappingProxyType(dict(self._attained)),
             preemption_count=MappingProxyType(dict(self._preempted)),
             memo=self._memo,
         )
         return self._snap
+
+    def _dependency_states(self) -> MappingProxyType[str, JobState]:
+        """The states of the jobs pending jobs depend on (the admit stage's facts); empty without dependencies."""
+        jobs = self._jobs
+        if not self._dependent:
+            return _NO_STATES
+        return MappingProxyType(
+            {j: jobs[j] for spec in self._waiting_on() for d in spec.after for j in d.job_ids if j in jobs}
+        )
 
     # ---------------------------------------------------------------- helpers
 
@@ -347,6 +388,7 @@ class ClusterState:
         so keeping them would make a long run (the simulator's 100,000 jobs) quadratic."""
         self._attained.pop(job_id, None)
         self._preempted.pop(job_id, None)
+        self._dependent.discard(job_id)
 
     def _hold(self, alloc: Allocation, sign: int = 1) -> None:
         """Add (``sign`` 1) or remove (-1) what ``alloc`` uses, unchecked."""

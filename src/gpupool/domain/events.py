@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
 from gpupool.domain.jobs import Allocation, JobSpec
+from gpupool.domain.states import JobState
 
 
 class HealthGrade(IntEnum):
@@ -54,6 +55,19 @@ class JobFinished:
 @dataclass(frozen=True, slots=True)
 class JobCancelled:
     job_id: str
+    at_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnded:
+    """A job ended as ``state`` (finished, failed, cancelled, timeout), as the record of its end says: a
+    decision this state's owner made (a time limit passed, a dependency that can never be met), an end
+    another writer stored (an agent's report, a user's cancel, another replica), or the end of a job this
+    state never held, read back for the jobs that depend on it. Unlike ``JobFinished`` it takes the job
+    from wherever it is: the store already checked the way there."""
+
+    job_id: str
+    state: JobState
     at_s: float
 
 
@@ -161,6 +175,7 @@ Event = (
     | JobStarted
     | JobFinished
     | JobCancelled
+    | JobEnded
     | JobPreempted
     | JobCheckpointed
     | RanksReleasing

@@ -13,6 +13,7 @@ from enum import IntEnum, StrEnum
 from gpupool.domain.errors import JobSpecError
 
 MILLI_PER_GPU = 1000
+MAX_RETRIES = 100
 
 
 class PriorityClass(IntEnum):
@@ -64,6 +65,45 @@ class GpuShare:
     memory_mib: int = 0
 
 
+class RetryOn(StrEnum):
+    """Why a run ended, as a retry policy names the causes it runs a job again for."""
+
+    FAILURE = "failure"  # a rank exited non-zero (or could not start)
+    NODE_LOST = "node_lost"  # its node stopped beating, or its agent lost a rank
+    PREEMPTION = "preemption"  # the scheduler took its GPUs (priority, quota or pool reclaim, a bad GPU)
+
+
+DEFAULT_RETRY_ON = frozenset({RetryOn.FAILURE, RetryOn.NODE_LOST})
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Run a job again, up to ``count`` more times, when a run ends for a cause in ``on``.
+
+    Causes not in ``on`` keep their usual outcome: a failure fails the job, a lost node or a preemption
+    requeues it (the cluster's doing, not the job's) without using a retry. A cause in ``on`` uses one; when
+    none is left the job fails, whatever the cause.
+    """
+
+    count: int = 0
+    on: frozenset[RetryOn] = DEFAULT_RETRY_ON
+
+
+class DependencyKind(StrEnum):
+    """Slurm's dependency types: when a job may start, given the jobs it names."""
+
+    AFTER = "after"  # once each has started (or was cancelled before it did)
+    AFTEROK = "afterok"  # once each finished with every rank exiting 0
+    AFTERNOTOK = "afternotok"  # once each ended otherwise: failed, timed out or cancelled
+    AFTERANY = "afterany"  # once each ended, however
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    kind: DependencyKind
+    job_ids: tuple[str, ...]  # an array's elements each, as the server expands an array id
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """One job: a gang of ``tasks`` tasks of ``gpus_per_task`` GPUs each (or of one ``share`` of a GPU each).
@@ -93,6 +133,13 @@ class JobSpec:
     deadline_s: float | None = None
     min_tasks: int | None = None  # elastic: the fewest tasks it may start with (needs ``scaling`` other than none)
     scaling: Scaling = Scaling.NONE
+    time_limit_s: float | None = None  # stopped (state timeout) this long after it started
+    signal_lead_s: float | None = None  # its checkpoint signal this long before the limit (None: the default)
+    retry: RetryPolicy | None = None
+    array_id: str = ""  # an element of this array ("": not an element)
+    array_index: int | None = None
+    array_cap: int = 0  # at most this many of its array's elements placed or running at once (0: no cap)
+    after: tuple[Dependency, ...] = ()  # every one must be met before it may start
 
     def __post_init__(self) -> None:
         where = self.job_id or "<job>"
@@ -123,6 +170,22 @@ class JobSpec:
                 raise JobSpecError(f"min_tasks must be in 1..{self.tasks}, got {self.min_tasks}", source=where)
             if self.scaling is Scaling.NONE:
                 raise JobSpecError("min_tasks needs a scaling model (scaling=linear)", source=where)
+        self._check_lifecycle(where)
+
+    def _check_lifecycle(self, where: str) -> None:
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise JobSpecError(f"time_limit_s must be > 0, got {self.time_limit_s}", source=where)
+        if self.signal_lead_s is not None and not self.signal_lead_s >= 0:
+            raise JobSpecError(f"signal_lead_s must be >= 0, got {self.signal_lead_s}", source=where)
+        if self.retry is not None and not 0 <= self.retry.count <= MAX_RETRIES:
+            raise JobSpecError(f"retry count must be in 0..{MAX_RETRIES}, got {self.retry.count}", source=where)
+        if self.array_cap < 0 or (self.array_index is not None and self.array_index < 0):
+            raise JobSpecError("array_cap and array_index must be >= 0", source=where)
+        if (self.array_cap or self.array_index is not None) and not self.array_id:
+            raise JobSpecError("array_cap and array_index belong to an array element (array_id)", source=where)
+        for dep in self.after:
+            if not dep.job_ids:
+                raise JobSpecError(f"a dependency ({dep.kind.value}) names no job", source=where)
 
     @property
     def fractional(self) -> bool:

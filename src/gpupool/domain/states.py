@@ -17,6 +17,7 @@ class JobState(StrEnum):
     FINISHED = "finished"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    TIMEOUT = "timeout"  # stopped at its time limit
 
 
 class NodeState(StrEnum):
@@ -36,6 +37,7 @@ JOB_TRANSITIONS: Mapping[tuple[JobState, JobState], str] = MappingProxyType(
         (JobState.RUNNING, JobState.FAILED): "a task exited with an error (JobFinished, not succeeded)",
         (JobState.RUNNING, JobState.PENDING): "preempted (JobPreempted) or a node it ran on was lost: requeued",
         (JobState.RUNNING, JobState.CANCELLED): "the user cancelled it while it ran",
+        (JobState.RUNNING, JobState.TIMEOUT): "it ran past its time limit (the scheduler's Ending)",
     }
 )
 

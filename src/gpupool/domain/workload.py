@@ -8,8 +8,42 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from gpupool.domain.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class RankPlace:
+    """Where one rank sits in its gang: torchrun's and Slurm's numbers, from the ranks' hosts in rank order."""
+
+    rank: int
+    world_size: int
+    local_rank: int  # its index among the job's ranks on its host
+    local_world_size: int  # the job's ranks on its host
+    node_rank: int  # its host's index among the job's hosts, in first-use order
+    nnodes: int
+    hosts: tuple[str, ...]  # the job's hosts in first-use order
+
+
+def rank_place(hosts_by_rank: Sequence[str], rank: int) -> RankPlace:
+    if not 0 <= rank < len(hosts_by_rank):
+        raise InputError(f"rank {rank} is not one of the {len(hosts_by_rank)} ranks", source="rank layout")
+    host = hosts_by_rank[rank]
+    hosts = tuple(dict.fromkeys(hosts_by_rank))
+    here = [r for r, h in enumerate(hosts_by_rank) if h == host]
+    return RankPlace(rank, len(hosts_by_rank), here.index(rank), len(here), hosts.index(host), len(hosts), hosts)
+
+
+def hostfile(hosts_by_rank: Sequence[str], gpus_by_rank: Sequence[int]) -> str:
+    """An MPI hostfile (Open MPI's ``host slots=N``, MPICH reads it too): one line per host in first-use order,
+    its slots the job's GPUs there (one process per GPU), or its ranks there when they hold no whole GPU."""
+    ranks: dict[str, int] = {}
+    gpus: dict[str, int] = {}
+    for h, g in zip(hosts_by_rank, gpus_by_rank, strict=True):
+        ranks[h] = ranks.get(h, 0) + 1
+        gpus[h] = gpus.get(h, 0) + g
+    return "".join(f"{h} slots={max(ranks[h], gpus[h])}\n" for h in ranks)
 
 
 def workload_env(
@@ -22,18 +56,29 @@ def workload_env(
     master_addr: str,
     master_port: int,
     socket_ifname: str,
+    *,
+    local_world_size: int = 1,
+    node_rank: int = 0,
+    nnodes: int = 1,
+    attempt: int = 0,
 ) -> dict[str, str]:
-    """The variables a gang rank needs (PyTorch's env:// rendezvous, NCCL's HCA and socket choice), no more.
+    """The variables a gang rank needs (PyTorch's env:// rendezvous and torchrun's layout, NCCL's HCA and
+    socket choice, which run of the job this is), no more.
 
     ``CUDA_VISIBLE_DEVICES`` holds the GPUs' indices in PCI bus order (hence ``CUDA_DEVICE_ORDER``); an agent
     that knows its GPUs' UUIDs puts those in their place, so a renumbering can never hand over another GPU.
     """
     if world_size < 1 or not 0 <= rank < world_size or local_rank < 0:
         raise InputError(f"rank {rank} / local rank {local_rank} do not fit world size {world_size}", source=job_id)
+    if not (0 <= local_rank < local_world_size <= world_size and 0 <= node_rank < nnodes <= world_size):
+        raise InputError(
+            f"local rank {local_rank} of {local_world_size}, node {node_rank} of {nnodes} do not fit {world_size} ranks",
+            source=job_id,
+        )
     if not 0 < master_port < 65536:
         raise InputError(f"master port {master_port} is not a TCP port", source=job_id)
     hca = nccl_ib_hca if isinstance(nccl_ib_hca, str) else ",".join(nccl_ib_hca)
-    return {
+    env = {
         "GPUPOOL_JOB_ID": job_id,
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpu_indices),
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
@@ -44,7 +89,13 @@ def workload_env(
         "RANK": str(rank),
         "WORLD_SIZE": str(world_size),
         "LOCAL_RANK": str(local_rank),
+        "LOCAL_WORLD_SIZE": str(local_world_size),
+        "NODE_RANK": str(node_rank),
+        "NNODES": str(nnodes),
     }
+    if attempt > 0:
+        env["GPUPOOL_ATTEMPT"] = str(attempt)
+    return env
 
 
 # What a node will run, checked at the door (the API's job submit) and again by the agent before it starts

@@ -1,7 +1,9 @@
 """``schedule(request) -> result``: the one cycle the server's loop and the simulator's engine both run.
 
-1. **reclaim**: a pool calendar's borrowers of hosts whose owner changed are signalled, then preempted.
-2. The pending jobs in policy order; for each (``scheduler.stages``): **admit** -> **place** -> **preempt**
+1. **limits**: running jobs past their time limit end (timeout); those close to it are signalled to checkpoint.
+   **reclaim**: a pool calendar's borrowers of hosts whose owner changed are signalled, then preempted.
+2. The pending jobs in policy order; for each (``scheduler.stages``): **admit** (dependencies: a job waits
+   for them, and ends, cancelled, when one can never be met; an array's cap; deadlines; quotas) -> **place** -> **preempt**
    -> **backfill** -> **diagnose**, until ``max_placements_per_cycle`` placements (the rest wait with
    CYCLE_LIMIT) or, with ``strict``, the first job that is not placed (the rest wait with BLOCKED).
 
@@ -29,6 +31,7 @@ from gpupool.scheduler.stages import (
     admit,
     backfill,
     diagnose_waiting,
+    limits,
     outcome_key,
     place,
     preempt,
@@ -36,7 +39,7 @@ from gpupool.scheduler.stages import (
     reservation_key,
     reserved,
 )
-from gpupool.scheduler.types import ReasonCode, ScheduleRequest, ScheduleResult, Waiting
+from gpupool.scheduler.types import Ending, ReasonCode, ScheduleRequest, ScheduleResult, Waiting
 
 
 def schedule(request: ScheduleRequest, *, remember_refusals: bool = True) -> ScheduleResult:
@@ -48,6 +51,7 @@ def schedule(request: ScheduleRequest, *, remember_refusals: bool = True) -> Sch
             raise JobSpecError(f"job {job.job_id} is pending twice in one request", source="schedule request")
         seen.add(job.job_id)
     cy = Cycle(request, remember=remember_refusals)
+    limits(cy)
     reclaim(cy)
     queue = order(cy.policy, request)
     if cy.placer.uses_mix:
@@ -61,6 +65,7 @@ def schedule(request: ScheduleRequest, *, remember_refusals: bool = True) -> Sch
         request.snapshot.version,
         tuple(cy.signals),
         tuple(cy.reservations),
+        tuple(cy.endings),
     )
 
 
@@ -98,10 +103,24 @@ def _run(cy: Cycle, queue: list[JobSpec]) -> None:
         else:
             mkey, mask = cy.mask(job)
             decide(cy, Ask(job, sk, mask, mkey, job.runtime_with(job.tasks, default_runtime)))
-        if cfg.strict and len(cy.allocs) == before:
+        if cfg.strict and len(cy.allocs) == before and not _held_back(cy, job):
             msg = f"waits behind {job.job_id}, which does not fit (strict ordering)"
             waiting.extend([Waiting(j.job_id, ReasonCode.BLOCKED, msg) for j in queue[pos + 1 :]])
             return
+
+
+def _held_back(cy: Cycle, job: JobSpec) -> bool:
+    """Whether ``job`` waits for something other than capacity (its dependencies, its array's cap) or was
+    ended: strict ordering keeps later jobs behind a job that does not fit, not behind one that may not run."""
+    if not (job.after or job.array_cap):
+        return False
+    if cy.endings and cy.endings[-1].job_id == job.job_id:
+        return True
+    last = cy.waiting[-1] if cy.waiting else None
+    return last is not None and last.job_id == job.job_id and last.reason in HELD_BACK
+
+
+HELD_BACK = frozenset({ReasonCode.DEPENDENCY, ReasonCode.ARRAY_LIMIT})
 
 
 def decide(cy: Cycle, ask: Ask) -> None:
@@ -115,6 +134,9 @@ def decide(cy: Cycle, ask: Ask) -> None:
         return
     if cy.admits:
         refused = admit(cy, ask)
+        if isinstance(refused, Ending):
+            cy.endings.append(refused)
+            return
         if refused is not None:
             cy.waiting.append(refused)
             return

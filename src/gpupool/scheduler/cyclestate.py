@@ -6,6 +6,7 @@ decisions in it. Everything here is for one cycle only and is dropped with it.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import NamedTuple
 
 import numpy as np
@@ -24,6 +25,7 @@ from gpupool.scheduler.shapes import Shape, host_mask
 from gpupool.scheduler.telemetry import penalties
 from gpupool.scheduler.types import (
     BackfillMode,
+    Ending,
     Preemption,
     ReasonCode,
     Reservation,
@@ -109,6 +111,8 @@ class Cycle:
         self.undiagnosed_at: list[int] = []
         self.undiagnosed_jobs: list[JobSpec] = []
         self.undiagnosed_shapes: list[int] = []
+        self.endings: list[Ending] = []
+        self._arrays: Counter[str] | None = None  # capped arrays' elements placed or running, made on first use
         self.masks: dict[MaskKey, BoolArray | None] = {ANY_HOST: None}  # host masks, made on first use
         self.victims: set[str] = set()
         self.reservations: list[Reservation] = []
@@ -117,7 +121,9 @@ class Cycle:
         self.ctx = CycleContext(ix, np.arange(ix.n_hosts, dtype=np.int64), cfg.max_domains_tried, None)
         self.seen = Refusals(self.cap, enabled=remember)
         # Which stages can do anything in this cycle (a stage that cannot is not asked).
-        self.admits = self.book is not None or sh.deadline_admission
+        self.admits = (
+            self.book is not None or sh.deadline_admission or any(j.after or j.array_cap for j in request.pending)
+        )
         # Preemption needs a victim: a quota borrower (a reclaim) or a ``preemptible`` running job.
         self.may_preempt = sh.preemption.enabled and (
             self.book is not None or any(r.spec.preemptible for r in snap.running.values())
@@ -137,6 +143,17 @@ class Cycle:
         self.shape_ids: dict[Shape, int] = {}
         self._ranker: ServiceRanker | None = None
         self._run_rank: dict[str, float] = {}
+
+    def array_held(self, array_id: str) -> int:
+        """How many elements of a capped array are placed or running, those placed by this cycle included."""
+        if self._arrays is None:
+            self._arrays = Counter(r.spec.array_id for r in self.request.snapshot.running.values() if r.spec.array_cap)
+        return self._arrays[array_id]
+
+    def array_placed(self, array_id: str) -> None:
+        self.array_held(array_id)
+        assert self._arrays is not None
+        self._arrays[array_id] += 1
 
     def wait_for_capacity(self, job: JobSpec, shape_id: int) -> None:
         """The job waits; its reason comes from the capacity left at the end of the cycle."""

@@ -29,6 +29,7 @@ from gpupool.scheduler.gittins import HistoryBuilder
 from gpupool.scheduler.policies import get_policy
 from gpupool.scheduler.types import (
     CycleInputs,
+    Ending,
     Preemption,
     SchedulerConfig,
     ScheduleRequest,
@@ -40,8 +41,13 @@ from gpupool.scheduler.types import (
 
 
 class Actuator(Protocol):
-    """What a world does with one cycle's decisions. ``preempt`` and ``place`` return whether it took effect
-    (the server's store may refuse a write; the next cycle then starts from what is stored)."""
+    """What a world does with one cycle's decisions. ``end``, ``preempt`` and ``place`` return whether it took
+    effect (the server's store may refuse a write; the next cycle then starts from what is stored)."""
+
+    def end(self, ending: Ending, now_s: float) -> bool:
+        """Stop a running job past its time limit (state timeout) or cancel a pending one whose dependency
+        can never be met, with the ending's reason."""
+        ...
 
     def preempt(self, preemption: Preemption, now_s: float) -> bool: ...
 
@@ -63,6 +69,7 @@ class CycleRun:
     result: ScheduleResult
     placed: int  # placements the actuator applied
     preempted: int  # preemptions the actuator applied
+    ended: int = 0  # endings (time limits, dependencies never met) the actuator applied
 
 
 class UsageMeter:
@@ -118,13 +125,20 @@ class CycleDriver:
         inputs = CycleInputs(self.usage.fold(snapshot, now_s), pool_demand, history)
         request = ScheduleRequest(snapshot, tuple(pending), now_s, self.config, sharing, inputs)
         result = schedule(request)
-        preempted = sum(1 for p in result.preemptions if actuator.preempt(p, now_s))
-        placed = sum(1 for a in result.placements if actuator.place(a, now_s))
+        # A job stopped at its time limit gets its signal first (if no earlier cycle gave it), then its stop.
+        ending = {e.job_id for e in result.endings}
         signalled = set()
         for s in result.signals:
             key = (s.job_id, s.preempt_at_s)
-            if key in self._signalled or actuator.signal(s, now_s):
+            if s.job_id in ending and (key in self._signalled or actuator.signal(s, now_s)):
+                signalled.add(key)
+        ended = sum(1 for e in result.endings if actuator.end(e, now_s))
+        preempted = sum(1 for p in result.preemptions if actuator.preempt(p, now_s))
+        placed = sum(1 for a in result.placements if actuator.place(a, now_s))
+        for s in result.signals:
+            key = (s.job_id, s.preempt_at_s)
+            if s.job_id not in ending and (key in self._signalled or actuator.signal(s, now_s)):
                 signalled.add(key)
         self._signalled = signalled
         actuator.waiting(result.waiting)
-        return CycleRun(request, result, placed, preempted)
+        return CycleRun(request, result, placed, preempted, ended)

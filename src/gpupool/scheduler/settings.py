@@ -49,6 +49,9 @@ class SchedulerSettings:
     strict: bool = False  # nothing overtakes a job that does not fit (the rest wait BLOCKED)
     seed: int = 0  # the only randomness a policy or placer may use (``gpupool sim run --seed`` sets it too)
     max_domains_tried: int = 8  # per topology level, before a gang search moves up a level
+    # A job with a time limit gets its checkpoint signal (SIGUSR1) this long before the limit, unless its own
+    # ``signal_lead_s`` (sbatch --signal=USR1@N) says otherwise; at the limit it is stopped (state timeout).
+    time_limit_lead_s: float = 60.0
     las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0, 360000.0)  # ``las`` queues (Tiresias)
     gittins: GittinsConfig = field(default_factory=GittinsConfig)  # ``gittins``' prior, quantum and cohorts
     telemetry: TelemetryWeights = field(default_factory=TelemetryWeights)  # how telemetry steers placement
@@ -93,7 +96,13 @@ def problems(s: SchedulerSettings) -> list[tuple[str, str]]:
     for name in ("max_placements_per_cycle", "max_domains_tried", "max_preemptors_per_cycle", "max_victims_per_job"):
         if getattr(s, name) < 1:
             out.append((name, f"{getattr(s, name)} must be at least 1"))
-    for name in ("preemption_min_runtime_s", "preemption_grace_s", "max_reservations", "usage_half_life_s"):
+    for name in (
+        "preemption_min_runtime_s",
+        "preemption_grace_s",
+        "max_reservations",
+        "usage_half_life_s",
+        "time_limit_lead_s",
+    ):
         if getattr(s, name) < 0:
             out.append((name, f"{getattr(s, name)} is negative"))
     if not s.default_runtime_s > 0:
@@ -119,6 +128,7 @@ def scheduler_config(s: SchedulerSettings) -> SchedulerConfig:
         las_thresholds_gpu_s=s.las_thresholds_gpu_s,
         gittins=s.gittins,
         max_domains_tried=s.max_domains_tried,
+        time_limit_lead_s=s.time_limit_lead_s,
     )
 
 

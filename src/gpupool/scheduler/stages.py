@@ -14,7 +14,8 @@ import dataclasses
 
 import numpy as np
 
-from gpupool.domain.jobs import MILLI_PER_GPU
+from gpupool.domain.dependencies import Verdict, dependency_verdict
+from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
 from gpupool.scheduler.backfill import reserve
 from gpupool.scheduler.cyclestate import Ask, Cycle, Wide
 from gpupool.scheduler.diagnose import diagnose, never_fits
@@ -25,6 +26,7 @@ from gpupool.scheduler.refusals import Diagnosis, OutcomeKey, PlaceKey, Reservat
 from gpupool.scheduler.shapes import allocation
 from gpupool.scheduler.types import (
     BackfillMode,
+    Ending,
     Preemption,
     ReasonCode,
     Reservation,
@@ -79,12 +81,60 @@ def reclaim(cy: Cycle) -> None:
             cy.signalled.add(job_id)
 
 
+# ----------------------------------------------------------------------------------------------- limits
+
+
+def limits(cy: Cycle) -> None:
+    """Running jobs with a time limit: within its lead (the job's ``signal_lead_s``, else the config's), a
+    CHECKPOINT signal saying when; past it, ended (TIME_LIMIT: the world stops them, state timeout), with the
+    signal still listed, so a job whose lead no cycle saw (a stalled loop) is signalled before its stop."""
+    now, default_lead = cy.now, cy.request.config.time_limit_lead_s
+    for job_id, r in cy.request.snapshot.running.items():
+        limit = r.spec.time_limit_s
+        if limit is None or r.started_at_s is None:
+            continue
+        end = r.started_at_s + limit
+        lead = r.spec.signal_lead_s if r.spec.signal_lead_s is not None else default_lead
+        if now >= end - lead:
+            msg = f"its time limit of {limit:.0f} s ends at t={end:.0f}: save your work"
+            cy.signals.append(Signal(job_id, SignalKind.CHECKPOINT, ReasonCode.TIME_LIMIT, msg, end))
+            cy.signalled.add(job_id)
+        if now >= end:
+            msg = f"ran {now - r.started_at_s:.0f} s, past its time limit of {limit:.0f} s"
+            cy.endings.append(Ending(job_id, ReasonCode.TIME_LIMIT, msg))
+            cy.victims.add(job_id)  # it stops: no preemption may count on it or take it again
+
+
 # ------------------------------------------------------------------------------------------------ admit
 
 
-def admit(cy: Cycle, ask: Ask) -> Waiting | None:
-    """Deadline admission (a job that cannot finish in time even if started now waits), then its quota."""
+def depends(cy: Cycle, job: JobSpec) -> Waiting | Ending | None:
+    """A job's dependencies against the states of the jobs they name: all met (None), one not yet (it waits,
+    DEPENDENCY), or one that never can be (it ends, cancelled: DEPENDENCY_NEVER_SATISFIED)."""
+    states = cy.request.snapshot.job_states
+    waits: str | None = None
+    for dep in job.after:
+        verdict, why = dependency_verdict(dep, states)
+        if verdict is Verdict.NEVER:
+            return Ending(job.job_id, ReasonCode.DEPENDENCY_NEVER_SATISFIED, f"dependency never satisfied: {why}")
+        if verdict is Verdict.WAIT and waits is None:
+            waits = why
+    return None if waits is None else Waiting(job.job_id, ReasonCode.DEPENDENCY, waits)
+
+
+def admit(cy: Cycle, ask: Ask) -> Waiting | Ending | None:
+    """Its dependencies, its array's cap, deadline admission (a job that cannot finish in time even if started
+    now waits), then its quota."""
     job, now = ask.job, cy.now
+    if job.after:
+        refused = depends(cy, job)
+        if refused is not None:
+            return refused
+    if job.array_cap:
+        held = cy.array_held(job.array_id)
+        if held >= job.array_cap:
+            msg = f"array {job.array_id} has {held} elements placed or running, its cap (%{job.array_cap})"
+            return Waiting(job.job_id, ReasonCode.ARRAY_LIMIT, msg)
     if job.deadline_s is not None and cy.sh.deadline_admission and now + ask.runtime_s > job.deadline_s:
         msg = (
             f"needs {ask.runtime_s:.0f} s; started now it ends at t={now + ask.runtime_s:.0f}, "
@@ -147,6 +197,8 @@ def place(cy: Cycle, ask: Ask, sizes: tuple[int, ...], resv: ReservationKey | No
             picks = cy.try_place(need)
             if picks is not None:
                 cy.allocs.append(allocation(cap, need, picks))
+                if job.array_cap:
+                    cy.array_placed(job.array_id)
                 if cy.book is not None:
                     cy.book.add(job, job.gpu_milli * k // job.tasks)
                 seen.bump()

@@ -33,6 +33,11 @@ class ReasonCode(StrEnum):
     WAITING_FOR_RESERVATION = "waiting_for_reservation"  # backfill: holds a reservation from a later time
     RESERVED = "reserved"  # backfill: fits now, but would delay a job's reservation
     DEADLINE_INFEASIBLE = "deadline_infeasible"  # cannot finish by its deadline even if started now
+    DEPENDENCY = "dependency"  # waits for the jobs it depends on (afterok, afterany, ...)
+    ARRAY_LIMIT = "array_limit"  # its array already runs as many elements as its cap (``%N``) allows
+    # Endings (``ScheduleResult.endings``):
+    DEPENDENCY_NEVER_SATISFIED = "dependency_never_satisfied"  # a job it depends on ended the wrong way: cancelled
+    TIME_LIMIT = "time_limit"  # ran past its time limit: stopped (timeout); also its checkpoint signal's reason
     # Preemption and checkpoint-signal reasons:
     POOL_WINDOW_CLOSED = "pool_window_closed"  # its pool's borrowed capacity went back to the owner's window
     POOL_RECLAIM = "pool_reclaim"  # the owning pool needs its lent capacity back (a job or its demand target)
@@ -75,6 +80,7 @@ class SchedulerConfig:
     las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0, 360000.0)  # Tiresias-style queue limits
     gittins: GittinsConfig = field(default_factory=GittinsConfig)  # the ``gittins`` policy's prior and window
     max_domains_tried: int = 8  # per level, before moving up a level (bounds work on fragmented fabrics)
+    time_limit_lead_s: float = 60.0  # a job with a time limit gets its checkpoint signal this long before it
 
 
 class BackfillMode(StrEnum):
@@ -217,6 +223,16 @@ class Signal:
 
 
 @dataclass(frozen=True, slots=True)
+class Ending:
+    """A job the cycle ends: a running one past its time limit (``TIME_LIMIT``: stopped, state timeout) or a
+    pending one whose dependency can never be met (``DEPENDENCY_NEVER_SATISFIED``: cancelled)."""
+
+    job_id: str
+    reason: ReasonCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class Reservation:
     """Backfill: ``job_id`` is expected to start at ``start_s`` on ``hosts``; nothing placed now may hold
     those hosts past that time."""
@@ -229,7 +245,8 @@ class Reservation:
 @dataclass(frozen=True, slots=True)
 class ScheduleResult:
     """Placements in decision order, preemptions (whole jobs: the caller applies ``JobPreempted`` for each),
-    a reason for every pending job not placed, checkpoint signals and backfill reservations."""
+    a reason for every pending job not placed and not ended, checkpoint signals, backfill reservations, and
+    the jobs the cycle ends (time limits, dependencies that can never be met)."""
 
     placements: tuple[Allocation, ...]
     preemptions: tuple[Preemption, ...]
@@ -237,6 +254,7 @@ class ScheduleResult:
     snapshot_version: int
     signals: tuple[Signal, ...] = ()
     reservations: tuple[Reservation, ...] = ()
+    endings: tuple[Ending, ...] = ()
 
     def placed_ids(self) -> frozenset[str]:
         return frozenset(a.job_id for a in self.placements)

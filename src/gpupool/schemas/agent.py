@@ -192,6 +192,9 @@ class LaunchCommand(_Msg):
     # Per rank, from the job spec; 0 = no limit. The agent enforces them with the rank's cgroup.
     cpu_millicores: int = 0
     memory_mib: int = 0
+    # The gang's MPI hostfile (``host slots=N`` lines): the agent writes it into the rank's working directory
+    # and names it in GPUPOOL_HOSTFILE. "" (a server before it): no hostfile.
+    hostfile: str = Field(default="", max_length=1 << 20)
 
 
 class StopCommand(_Msg):

@@ -21,8 +21,9 @@ from gpupool.domain.errors import InputError
 from gpupool.domain.labels import check_labels
 from gpupool.domain.workload import check_command, command_size, env_size
 
+DEFAULT_RETRY_ON: tuple[Literal["failure", "node_lost", "preemption"], ...] = ("failure", "node_lost")
 PriorityName = Literal["best_effort", "batch", "normal", "high", "realtime"]
-StateName = Literal["pending", "placed", "running", "finished", "failed", "cancelled"]
+StateName = Literal["pending", "placed", "running", "finished", "failed", "cancelled", "timeout"]
 Name = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -55,6 +56,16 @@ class TopologyIn(_In):
     mode: Literal["required", "preferred"] = "preferred"
 
 
+RetryCause = Literal["failure", "node_lost", "preemption"]
+
+
+class RetryIn(_In):
+    """Run the job again up to ``count`` more times when a run ends for a cause in ``on``."""
+
+    count: int = Field(ge=0, le=100)
+    on: list[RetryCause] = Field(default_factory=lambda: list(DEFAULT_RETRY_ON), min_length=1, max_length=3)
+
+
 class JobSubmit(_In):
     """A job as a tenant submits it. ``command`` is an argv list, run without a shell."""
 
@@ -79,6 +90,9 @@ class JobSubmit(_In):
     min_tasks: int | None = Field(default=None, ge=1, le=4096)
     scaling: Literal["none", "linear"] = "none"
     idempotency_key: Text | None = Field(default=None, min_length=1, max_length=256)
+    time_limit_s: float | None = Field(default=None, gt=0, le=1e9)  # stopped this long after it started (timeout)
+    signal_lead_s: float | None = Field(default=None, ge=0, le=1e9)  # its checkpoint signal, before the limit
+    retry: RetryIn | None = None
 
     # What a node will run is checked here, at the door, with the rules the agent applies again before it
     # starts anything: a NUL, an '=' in a variable name or an over-long argument is a 422 naming the field
@@ -131,6 +145,28 @@ class JobOut(_Out):
     created_s: float
     updated_s: float
     idempotency_key: str | None
+    attempt: int = 0  # its current (or last) run; 0 before its first placement
+    time_limit_s: float | None = None
+
+
+class AttemptOut(_Out):
+    """One run of a job: where, from when to when, and how it ended."""
+
+    attempt: int
+    state: str  # finished, failed, timeout, cancelled, preempted, node_lost, requeued; placed, running
+    hosts: list[str]
+    gpu_model: str
+    gpus: float
+    placed_s: float
+    started_s: float | None
+    ended_s: float | None
+    exit_code: int | None
+    reason: str
+
+
+class AttemptList(_Out):
+    job_id: str
+    attempts: list[AttemptOut]
 
 
 class SubmitOut(_Out):

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from gpupool.domain.jobs import (
+    MILLI_PER_GPU,
     GpuShare,
     JobSpec,
     PriorityClass,
+    RetryOn,
+    RetryPolicy,
     Scaling,
     Scope,
     TopologyMode,
     TopologyRequirement,
 )
-from gpupool.schemas.api import JobOut, JobSubmit
+from gpupool.schemas.api import AttemptOut, JobOut, JobSubmit
 from gpupool.store import JobRecord
+from gpupool.store.records import AttemptRecord
 
 
 def to_spec(body: JobSubmit, job_id: str, tenant: str, now_s: float) -> JobSpec:
@@ -38,6 +42,11 @@ def to_spec(body: JobSubmit, job_id: str, tenant: str, now_s: float) -> JobSpec:
         deadline_s=body.deadline_s,
         min_tasks=body.min_tasks,
         scaling=Scaling(body.scaling),
+        time_limit_s=body.time_limit_s,
+        signal_lead_s=body.signal_lead_s,
+        retry=None
+        if body.retry is None
+        else RetryPolicy(body.retry.count, frozenset(RetryOn(c) for c in body.retry.on)),
     )
 
 
@@ -62,4 +71,21 @@ def job_out(r: JobRecord) -> JobOut:
         created_s=r.created_s,
         updated_s=r.updated_s,
         idempotency_key=r.idempotency_key,
+        attempt=r.attempt,
+        time_limit_s=s.time_limit_s,
+    )
+
+
+def attempt_out(a: AttemptRecord) -> AttemptOut:
+    return AttemptOut(
+        attempt=a.attempt,
+        state=a.state,
+        hosts=list(a.hosts),
+        gpu_model=a.gpu_model,
+        gpus=a.milli_gpu / MILLI_PER_GPU,
+        placed_s=a.placed_s,
+        started_s=a.started_s,
+        ended_s=a.ended_s,
+        exit_code=a.exit_code,
+        reason=a.reason,
     )

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from gpupool.domain.errors import GpupoolError
 from gpupool.domain.events import HealthGrade, NodeLabelled
 from gpupool.domain.states import JobState, NodeState
-from gpupool.domain.workload import workload_env
+from gpupool.domain.workload import hostfile, rank_place, workload_env
 from gpupool.fabric.export.nccl import nccl_ib_hca
 from gpupool.schemas.agent import (
     PROTOCOL_VERSION,
@@ -329,18 +329,34 @@ class AgentGateway:
         ranks = sorted(self._ops.job_assignments(a.job_id), key=lambda r: r.rank)
         command = self._ops.command(a.job_id)
         master = self._ops.agent(ranks[0].host).address or ranks[0].host
-        local = [r.rank for r in ranks if r.host == a.host].index(a.rank)
+        hosts = [r.host for r in ranks]
+        place = rank_place(hosts, a.rank)
         fabric, _ = self._fabrics.current()
         try:
             hca = "" if fabric is None else nccl_ib_hca(fabric, a.host, a.gpus)
         except ValueError:
             hca = ""  # no HCA known for these GPUs: let NCCL pick
         port = self._settings.master_port_base + zlib.crc32(a.job_id.encode()) % 10_000
+        rec = self._store.get_job(a.job_id)
+        spec = rec.spec
         env = dict(command.env)
         env.update(
-            workload_env(a.job_id, a.rank, len(ranks), local, a.gpus, hca, master, port, self._settings.socket_ifname)
+            workload_env(
+                a.job_id,
+                a.rank,
+                len(ranks),
+                place.local_rank,
+                a.gpus,
+                hca,
+                master,
+                port,
+                self._settings.socket_ifname,
+                local_world_size=place.local_world_size,
+                node_rank=place.node_rank,
+                nnodes=place.nnodes,
+                attempt=rec.attempt,
+            )
         )
-        spec = self._store.get_job(a.job_id).spec
         return LaunchCommand(
             assignment_id=a.assignment_id,
             job_id=a.job_id,
@@ -350,4 +366,5 @@ class AgentGateway:
             tenant=spec.tenant,
             cpu_millicores=spec.cpu_millicores,
             memory_mib=spec.memory_mib,
+            hostfile=hostfile(hosts, [len(r.gpus) if spec.share is None else 0 for r in ranks]),
         )

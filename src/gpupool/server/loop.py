@@ -9,6 +9,11 @@ refused write marks the state dirty and the next cycle rebuilds it from the stor
 on their next heartbeat (the gateway compares what they run with the stored assignments), so no network
 call is made here and none while a transaction is open.
 
+The cycle also ends jobs (``scheduler.types.Ending``): a running job past its time limit is stopped as
+timeout (its checkpoint signal first), a pending one whose dependency can never be met is cancelled. The
+ends of the jobs that pending jobs depend on are facts of the state (``JobEnded``): the sync reads how each
+job that left the live set ended, and jobs that ended before the state was built are read when first needed.
+
 Telemetry does not come from the store: the gateway turns each heartbeat into domain events (samples, per-leaf
 counters, link states, grades; ``server.live``) and ``deliver``s them after their writes commit; a cycle folds
 them in before its snapshot, and a job on a GPU that turned BAD is requeued whole.
@@ -19,18 +24,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from gpupool.cluster import ClusterState
+from gpupool.domain.dependencies import TERMINAL
 from gpupool.domain.errors import GpupoolError, StaleLeaderError
 from gpupool.domain.events import (
     Event,
-    JobCancelled,
-    JobFinished,
+    JobEnded,
     JobPlaced,
     JobPreempted,
     JobStarted,
@@ -41,13 +43,13 @@ from gpupool.domain.events import (
     RanksReleased,
     RanksReleasing,
 )
-from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec
+from gpupool.domain.jobs import Allocation, JobSpec, RetryOn
 from gpupool.domain.states import JobState, NodeState
 from gpupool.scheduler import CycleInputs, ScheduleRequest, SharingPolicy
 from gpupool.scheduler.deadlines import Admission, admit
 from gpupool.scheduler.driver import CycleDriver
 from gpupool.scheduler.settings import scheduler_config
-from gpupool.scheduler.types import Preemption, Signal, Waiting
+from gpupool.scheduler.types import Ending, Preemption, ReasonCode, Signal, Waiting
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.hostcache import HostCache
 from gpupool.server.leader import LeaderLease
@@ -240,6 +242,7 @@ class SchedulingLoop:
         now = self._clock()
         if not rebuilt:
             self._facts.fold(state, self.live.drain())
+        self._load_dependencies(state, now)
         self._requeue_bad(state, now)
         snap = state.snapshot()
         pending = tuple(j for j in snap.pending if self._db_state.get(j.job_id) is JobState.PENDING)
@@ -301,8 +304,10 @@ class SchedulingLoop:
             held = state.snapshot().running[job_id].allocation
             state.apply(JobPreempted(job_id, now, reason))
             state.apply(RanksReleasing(held, now))  # its processes still run: nothing lands there this cycle
+            # Requeued; a retry policy that counts preemptions and has none left fails it instead (the next
+            # sync sees it leave the queue).
             rec = self._store.release_allocation(
-                job_id, self._versions[job_id], ACTOR, reason=reason, fence=self._fence
+                job_id, self._versions[job_id], ACTOR, reason=reason, cause=RetryOn.PREEMPTION, fence=self._fence
             )
             self._changed()
         except StaleLeaderError:
@@ -314,6 +319,48 @@ class SchedulingLoop:
         self._versions[job_id] = rec.version
         self._db_state[job_id] = JobState.PENDING
         return True
+
+    def _end_job(self, state: ClusterState, ending: Ending, now: float) -> bool:
+        """A time limit passed (the job stops: timeout, its ranks releasing until their processes are gone) or
+        a dependency can never be met (the pending job is cancelled), with the ending's reason stored."""
+        job_id = ending.job_id
+        final = JobState.TIMEOUT if ending.reason is ReasonCode.TIME_LIMIT else JobState.CANCELLED
+        try:
+            running = state.snapshot().running.get(job_id)
+            state.apply(JobEnded(job_id, final, now))
+            if running is not None:
+                state.apply(RanksReleasing(running.allocation, now))
+            rec = self._store.transition_job(
+                job_id,
+                self._versions[job_id],
+                final,
+                ending.message,
+                ACTOR,
+                reason_code=ending.reason.value,
+                fence=self._fence,
+            )
+            self._changed()
+        except StaleLeaderError:
+            raise
+        except (GpupoolError, KeyError) as e:
+            log.warning("ending %s (%s) failed (%s): rebuilding from the store", job_id, ending.reason.value, e)
+            self._dirty = True
+            return False
+        log.info("job %s %s: %s", job_id, final.value, ending.message)
+        self._versions[job_id] = rec.version
+        self._db_state[job_id] = rec.state
+        self._reasons.pop(job_id, None)
+        return True
+
+    def _load_dependencies(self, state: ClusterState, now: float) -> None:
+        """The ends of jobs pending jobs depend on that the state does not hold (they ended before it was built,
+        or on another replica's watch): read once, then held as ``JobEnded`` facts."""
+        unknown = state.unknown_dependencies()
+        if not unknown:
+            return
+        for job_id, final in self._ops.job_states(unknown).items():
+            if final in TERMINAL:
+                state.apply(JobEnded(job_id, final, now))
 
     def _signal(self, state: ClusterState, sig: Signal) -> bool:
         if state.job_state(sig.job_id) not in (JobState.PLACED, JobState.RUNNING):
@@ -389,7 +436,9 @@ class SchedulingLoop:
                 try:
                     rec = self._store.get_job(job_id)
                     if rec.state in (JobState.PLACED, JobState.RUNNING):
-                        self._store.release_allocation(job_id, rec.version, ACTOR, reason=reason, fence=self._fence)
+                        self._store.release_allocation(
+                            job_id, rec.version, ACTOR, reason=reason, cause=RetryOn.NODE_LOST, fence=self._fence
+                        )
                         self._changed()
                     break
                 except StaleLeaderError:
@@ -462,11 +511,14 @@ class SchedulingLoop:
             for job_id in new:
                 rec = fresh.get(job_id) or read[job_id]
                 state.apply(JobSubmitted(rec.spec, rec.created_s))
-            done = self._finished([j for j, old in self._db_state.items() if j not in live and old is JobState.RUNNING])
+            gone = [j for j in self._db_state if j not in live]
+            finals = self._ops.job_states(gone) if gone else {}
             for job_id, old in list(self._db_state.items()):
                 lj = live.get(job_id)
                 if lj is None:
-                    self._end(state, job_id, old, now, self._driver if job_id in done else None)
+                    final = finals.get(job_id, JobState.CANCELLED)
+                    learns = old is JobState.RUNNING and final is JobState.FINISHED
+                    self._end(state, job_id, final, now, self._driver if learns else None)
                     del self._db_state[job_id]
                     self._versions.pop(job_id, None)
                     continue
@@ -498,23 +550,17 @@ class SchedulingLoop:
             if held.get(job_id) != alloc:
                 state.apply(RanksReleasing(alloc, now))
 
-    def _finished(self, ended: list[str]) -> set[str]:
-        """Of the running jobs that left the live set, those that finished (not failed or cancelled): for a
-        policy that learns from completions only, one read of just those jobs, as the simulator counts them."""
-        if self._driver.history is None or not ended:
-            return set()
-        return {r.job_id for r in self._ops.specs(ended) if r.state is JobState.FINISHED}
-
     @staticmethod
-    def _end(state: ClusterState, job_id: str, old: JobState, now: float, driver: CycleDriver | None) -> None:
-        """``driver``: the job finished (the cycle's service history learns from it)."""
-        if old is JobState.PENDING:
-            state.apply(JobCancelled(job_id, now))
-            return
+    def _end(state: ClusterState, job_id: str, final: JobState, now: float, driver: CycleDriver | None) -> None:
+        """A job left the live set as ``final`` (read from the store: the jobs depending on it see how it
+        ended). ``driver``: it finished while running (a policy that learns from completions counts it, as the
+        simulator does)."""
+        if state.job_state(job_id) in TERMINAL:
+            return  # ended here (a time limit, a dependency never met) before the store said so
         spec = state.job_spec(job_id)
-        if driver is not None and spec is not None:
+        if driver is not None and spec is not None and driver.history is not None:
             driver.finished(spec, state.service_gpu_s(job_id, now))
-        state.apply(JobFinished(job_id, now, succeeded=old is JobState.RUNNING))
+        state.apply(JobEnded(job_id, final if final in TERMINAL else JobState.CANCELLED, now))
 
     def _sync_nodes(self, state: ClusterState, now: float) -> None:
         fabric = state.index.fabric
@@ -533,30 +579,14 @@ class SchedulingLoop:
             else:
                 raise GpupoolError(f"node {n.name}: {mem.value} here, {n.state.value} in the store")
 
-    # -- metrics -----------------------------------------------------------------------------------------------
+    # -- metrics ---------------------------------------------------------------------------------------------
     def _observe(self, state: ClusterState, seconds: float, placed: int, preempted: int) -> None:
         m = self._metrics
         m.cycle_seconds.observe(seconds)
         m.placements.inc(placed)
         m.preemptions.inc(preempted)
-        snap = state.snapshot()
-        depth: dict[tuple[str, str], int] = defaultdict(int)
-        for j in snap.pending:
-            depth[(j.pool, j.priority.name.lower())] += 1
-        m.set_queue(depth)
         node_pool = {n.name: dict(n.labels).get("pool", "default") for n in self._store.list_nodes()}
-        ix = snap.index
-        gpus: dict[tuple[str, str], tuple[float, int]] = {}
-        for h, host in enumerate(ix.fabric.hosts):
-            if not host.gpus:
-                continue
-            key = (node_pool.get(host.name, "default"), host.gpus[0].model)
-            used = snap.gpu_used_milli[h, : len(host.gpus)]
-            allocated = float(used.sum()) / MILLI_PER_GPU
-            free = int(np.count_nonzero(used == 0)) if snap.node_state[h] == 0 else 0
-            a, f = gpus.get(key, (0.0, 0))
-            gpus[key] = (a + allocated, f + free)
-        m.set_gpus(gpus)
+        m.observe_state(state.snapshot(), node_pool)
 
 
 class _StoreActuator:
@@ -567,6 +597,9 @@ class _StoreActuator:
 
     def __init__(self, loop: SchedulingLoop, state: ClusterState) -> None:
         self._loop, self._state = loop, state
+
+    def end(self, ending: Ending, now_s: float) -> bool:
+        return self._loop._end_job(self._state, ending, now_s)
 
     def preempt(self, preemption: Preemption, now_s: float) -> bool:
         reason = f"{preemption.reason.value}: {preemption.message}"

@@ -6,12 +6,16 @@ store when ``/metrics`` is scraped, so every replica reports them, leader or not
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 
+import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpupool.cluster.snapshot import ClusterSnapshot
+from gpupool.domain.jobs import MILLI_PER_GPU
 from gpupool.store import Store
 
 
@@ -67,6 +71,25 @@ class ServerMetrics:
         self.leader = Gauge("gpupool_leader", "1 while this replica runs the scheduling loop", registry=r)
         self.submits = Counter("gpupool_job_submits", "Jobs accepted by this replica", registry=r)
         r.register(_StoreCollector(store, clock, unflushed))
+
+    def observe_state(self, snap: ClusterSnapshot, node_pool: Mapping[str, str]) -> None:
+        """The queue per (pool, priority) and GPUs allocated and free per (pool, GPU model), after a cycle."""
+        depth: dict[tuple[str, str], int] = defaultdict(int)
+        for j in snap.pending:
+            depth[(j.pool, j.priority.name.lower())] += 1
+        self.set_queue(depth)
+        ix = snap.index
+        gpus: dict[tuple[str, str], tuple[float, int]] = {}
+        for h, host in enumerate(ix.fabric.hosts):
+            if not host.gpus:
+                continue
+            key = (node_pool.get(host.name, "default"), host.gpus[0].model)
+            used = snap.gpu_used_milli[h, : len(host.gpus)]
+            allocated = float(used.sum()) / MILLI_PER_GPU
+            free = int(np.count_nonzero(used == 0)) if snap.node_state[h] == 0 else 0
+            a, f = gpus.get(key, (0.0, 0))
+            gpus[key] = (a + allocated, f + free)
+        self.set_gpus(gpus)
 
     def set_queue(self, depth: Mapping[tuple[str, str], int]) -> None:
         self.queue_depth.clear()

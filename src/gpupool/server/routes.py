@@ -22,7 +22,7 @@ from gpupool.domain.states import JobState
 from gpupool.fabric import jsonio
 from gpupool.schemas import api
 from gpupool.server.auth import actor
-from gpupool.server.convert import job_out, to_spec
+from gpupool.server.convert import attempt_out, job_out, to_spec
 from gpupool.server.core import Server
 from gpupool.store import JobRecord, NodeRecord, Principal
 from gpupool.store.server_ops import Submission, assignment_id
@@ -186,6 +186,13 @@ def job_events(job_id: str, srv: Srv, who: Who) -> api.EventList:
     return api.EventList(
         events=[api.EventOut(id=e.id, at_s=e.at_s, actor=e.actor, action=e.action, data=e.data) for e in events]
     )
+
+
+@router.get("/jobs/{job_id}/attempts", response_model=api.AttemptList)
+def job_attempts(job_id: str, srv: Srv, who: Who) -> api.AttemptList:
+    """Every run of the job (retries, requeues), first first, with how each ended."""
+    _own_job(srv, who, job_id)
+    return api.AttemptList(job_id=job_id, attempts=[attempt_out(a) for a in srv.store.attempts(job_id)])
 
 
 @router.get("/jobs/{job_id}/why", response_model=api.WhyOut)

@@ -37,6 +37,7 @@ from gpupool.domain.events import (
     GpuHealthChanged,
     HealthGrade,
     JobCheckpointed,
+    JobEnded,
     JobFinished,
     JobPlaced,
     JobPreempted,
@@ -51,10 +52,10 @@ from gpupool.domain.events import (
 )
 from gpupool.domain.jobs import Allocation
 from gpupool.domain.sharing import PoolDemand
-from gpupool.domain.states import NodeState
+from gpupool.domain.states import JobState, NodeState
 from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.model import Domain, Tier
-from gpupool.scheduler import Preemption, Signal, SignalKind, Waiting
+from gpupool.scheduler import Ending, Preemption, ReasonCode, Signal, SignalKind, Waiting
 from gpupool.scheduler.driver import CycleDriver
 from gpupool.scheduler.settings import SchedulerSettings, scheduler_config, sharing_policy
 from gpupool.sim.failures import FailureEvent, FailureKind
@@ -212,6 +213,13 @@ class Engine:
             if tr.first_start is None:
                 tr.first_start = t
             self.push(t + tr.remaining_s * tr.factor, _FINISH, key, epoch)
+            limit = tr.job.spec.time_limit_s
+            if limit is not None:  # cycles at its checkpoint signal and at its limit, as the server's loop runs
+                lead = tr.job.spec.signal_lead_s
+                lead = self.driver.config.time_limit_lead_s if lead is None else lead
+                for at in (t + max(0.0, limit - lead), t + limit):
+                    self.wakes_due += 1
+                    self.push(at, _WAKE, key)
             if self.checkpoint_every > 0:
                 self.push(t + self.checkpoint_every, _CHECKPOINT, key, epoch)
             return False
@@ -283,7 +291,7 @@ class Engine:
                 self.push(nxt, _WAKE)
 
     def _cycle(self, t: float) -> bool:
-        """One scheduling cycle at ``t``; whether it preempted anything."""
+        """One scheduling cycle at ``t``; whether it preempted or ended anything."""
         self.cycles += 1
         pending = tuple(self.track[j].job.spec for j in self.pending)
         demand: tuple[PoolDemand, ...] = ()
@@ -294,7 +302,7 @@ class Engine:
             )
         run = self.driver.run_cycle(self.state.snapshot(), pending, self.sharing, _World(self), t, pool_demand=demand)
         self.queue_len.append((t, len(self.pending)))
-        return run.preempted > 0
+        return run.preempted > 0 or run.ended > 0  # what they free is placed by the next round
 
     def _demand(self, pool: str, delta: int, t: float) -> None:
         gpus, since = self.service_gpus.get(pool, (0, t))
@@ -504,6 +512,25 @@ class _World:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+
+    def end(self, ending: Ending, now_s: float) -> bool:
+        """A time limit (the run stops: state timeout) or a dependency never met (cancelled before it ran)."""
+        e, key = self._engine, ending.job_id
+        tr = e.track.get(key)
+        if tr is None or e.state.job_state(key) is None:
+            return False
+        timeout = ending.reason is ReasonCode.TIME_LIMIT
+        e.state.apply(JobEnded(key, JobState.TIMEOUT if timeout else JobState.CANCELLED, now_s))
+        tr.epoch += 1  # its scheduled finish no longer happens
+        if key in e.pending:
+            del e.pending[key]
+        else:
+            tr.end = now_s
+            if tr.run_start is not None:
+                tr.served_s += now_s - tr.run_start
+            e._release(key, now_s)
+        e.finished += 1
+        return True
 
     def preempt(self, preemption: Preemption, now_s: float) -> bool:
         e, key = self._engine, preemption.job_id

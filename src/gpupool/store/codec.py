@@ -13,9 +13,13 @@ from typing import Any
 from gpupool.domain.errors import JobSpecError, ParseError
 from gpupool.domain.jobs import (
     Allocation,
+    Dependency,
+    DependencyKind,
     GpuShare,
     JobSpec,
     PriorityClass,
+    RetryOn,
+    RetryPolicy,
     Scaling,
     Scope,
     TaskAllocation,
@@ -51,7 +55,25 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "deadline_s": spec.deadline_s,
         "min_tasks": spec.min_tasks,
         "scaling": spec.scaling.value,
+        **_lifecycle_to_dict(spec),
     }
+
+
+def _lifecycle_to_dict(spec: JobSpec) -> dict[str, Any]:
+    """Time limit, retries, array and dependencies: written only when set, so a spec without them is stored
+    exactly as before they existed (and an older reader, which ignores unknown fields, reads it alike)."""
+    out: dict[str, Any] = {}
+    if spec.time_limit_s is not None:
+        out["time_limit_s"] = spec.time_limit_s
+    if spec.signal_lead_s is not None:
+        out["signal_lead_s"] = spec.signal_lead_s
+    if spec.retry is not None:
+        out["retry"] = {"count": spec.retry.count, "on": sorted(c.value for c in spec.retry.on)}
+    if spec.array_id:
+        out["array"] = {"id": spec.array_id, "index": spec.array_index, "cap": spec.array_cap}
+    if spec.after:
+        out["after"] = [{"kind": d.kind.value, "jobs": list(d.job_ids)} for d in spec.after]
+    return out
 
 
 def spec_to_json(spec: JobSpec) -> str:
@@ -135,6 +157,48 @@ def _topology(data: object, source: str) -> TopologyRequirement:
         raise r.fail(f"bad topology: {e}") from None
 
 
+def _retry(data: object, source: str) -> RetryPolicy | None:
+    if data is None:
+        return None
+    r = _Reader(data, source, "retry")
+    on = r.list_("on")
+    try:
+        return RetryPolicy(count=r.int_("count"), on=frozenset(RetryOn(c) for c in on))
+    except (ValueError, TypeError):
+        raise r.fail(f"retry 'on' must list {', '.join(c.value for c in RetryOn)}, got {on!r}") from None
+
+
+def _after(data: object, source: str) -> tuple[Dependency, ...]:
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        raise ParseError(f"field 'after' must be a list, got {data!r}", source=source)
+    out = []
+    for raw in data:
+        r = _Reader(raw, source, "dependency")
+        jobs = r.list_("jobs")
+        if not all(isinstance(j, str) for j in jobs):
+            raise r.fail(f"a dependency's 'jobs' must be job ids, got {jobs!r}")
+        try:
+            kind = DependencyKind(r.str_("kind"))
+        except ValueError:
+            raise r.fail(f"unknown dependency kind {r.data.get('kind')!r}") from None
+        out.append(Dependency(kind, tuple(jobs)))
+    return tuple(out)
+
+
+def _array(data: object, source: str) -> dict[str, Any]:
+    if data is None:
+        return {}
+    r = _Reader(data, source, "array")
+    index = r.data.get("index")
+    return {
+        "array_id": r.str_("id"),
+        "array_index": None if index is None else r.int_("index"),
+        "array_cap": r.int_("cap", 0),
+    }
+
+
 def _share(data: object, source: str) -> GpuShare | None:
     if data is None:
         return None
@@ -178,6 +242,11 @@ def spec_from_dict(data: object, source: str = "<spec>") -> JobSpec:
             deadline_s=r.opt_float("deadline_s"),
             min_tasks=None if r.data.get("min_tasks") is None else r.int_("min_tasks"),
             scaling=_scaling(r),
+            time_limit_s=r.opt_float("time_limit_s"),
+            signal_lead_s=r.opt_float("signal_lead_s"),
+            retry=_retry(r.data.get("retry"), source),
+            after=_after(r.data.get("after"), source),
+            **_array(r.data.get("array"), source),
         )
     except JobSpecError as e:
         # The spec's own rules, reported against the document it came from.

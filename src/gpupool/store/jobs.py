@@ -13,7 +13,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 
-from sqlalchemy import and_, delete, insert, or_, select, update
+from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -25,13 +25,13 @@ from gpupool.domain.errors import (
     ParseError,
     StaleVersionError,
 )
-from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec, TaskAllocation
+from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec, RetryOn, TaskAllocation
 from gpupool.domain.states import JOB_TRANSITIONS, JobState, NodeState, transition
 from gpupool.store.base import StoreBase, loads
 from gpupool.store.codec import allocation_to_dict, spec_from_json, spec_to_json
 from gpupool.store.fencing import Fence
-from gpupool.store.records import JobRecord
-from gpupool.store.rows import AllocationRow, JobRow, NodeRow, UsageIntervalRow
+from gpupool.store.records import AttemptRecord, JobRecord
+from gpupool.store.rows import AllocationRow, JobAttemptRow, JobRow, NodeRow, UsageIntervalRow
 
 HOLDING = frozenset({JobState.PLACED, JobState.RUNNING})  # the states in which a job holds GPUs
 MAX_KEY = 256
@@ -52,7 +52,46 @@ def job_record(row: JobRow) -> JobRecord:
         reason=row.reason,
         created_s=row.created_s,
         updated_s=row.updated_s,
+        attempt=row.attempt or 0,
     )
+
+
+def attempt_record(row: JobAttemptRow) -> AttemptRecord:
+    hosts = loads(row.hosts, f"attempt {row.attempt} of job {row.job_id}")
+    return AttemptRecord(
+        job_id=row.job_id,
+        attempt=row.attempt,
+        assignment=row.assignment,
+        tenant=row.tenant,
+        pool=row.pool,
+        gpu_model=row.gpu_model,
+        milli_gpu=row.milli_gpu,
+        hosts=tuple(str(h) for h in hosts),
+        placed_s=row.placed_s,
+        started_s=row.started_s,
+        ended_s=row.ended_s,
+        state=row.state,
+        exit_code=row.exit_code,
+        reason=row.reason,
+    )
+
+
+# How a run that ended by each retry cause is recorded (``JobAttemptRow.state``): what a policy's count counts.
+CAUSE_OUTCOME = {RetryOn.FAILURE: "failed", RetryOn.NODE_LOST: "node_lost", RetryOn.PREEMPTION: "preempted"}
+
+
+def retry_decision(s: Session, job: JobRow, spec: JobSpec, cause: RetryOn) -> tuple[bool | None, str]:
+    """Whether a run that just ended by ``cause`` is run again under the job's retry policy: True (a retry is
+    left), False (the policy counts this cause and none is left: the job fails), None (the policy does not
+    count it: the cause's usual outcome); and a note for the reason."""
+    policy = spec.retry
+    if policy is None or cause not in policy.on:
+        return None, ""
+    counted = [CAUSE_OUTCOME[c] for c in policy.on]
+    used = s.scalar(select(func.count()).where(JobAttemptRow.job_id == job.id, JobAttemptRow.state.in_(counted))) or 0
+    if used < policy.count:
+        return True, f"retry {used + 1} of {policy.count}"
+    return False, f"no retry left ({policy.count} used)"
 
 
 def allocation_from_rows(job_id: str, rows: Sequence[AllocationRow]) -> Allocation:
@@ -145,6 +184,14 @@ class JobsMixin(StoreBase):
             row = s.scalar(select(JobRow).where(JobRow.tenant == tenant, JobRow.idempotency_key == key))
             return None if row is None else job_record(row)
 
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        """Every run of ``job_id``, first first."""
+        with self._tx(write=False) as s:
+            rows = s.scalars(
+                select(JobAttemptRow).where(JobAttemptRow.job_id == job_id).order_by(JobAttemptRow.attempt)
+            )
+            return [attempt_record(r) for r in rows]
+
     def get_job(self, job_id: str) -> JobRecord:
         with self._tx(write=False) as s:
             row = s.get(JobRow, job_id)
@@ -201,9 +248,11 @@ class JobsMixin(StoreBase):
         actor: str,
         *,
         reason_code: str = "",
+        outcome: str = "",
         fence: Fence | None = None,
     ) -> JobRecord:
-        """Move a job along its state machine under a guarded version; leaving placed/running frees its GPUs.
+        """Move a job along its state machine under a guarded version; leaving placed/running frees its GPUs
+        and ends its run as ``outcome`` (default: the new state; ``requeued`` when it goes back to the queue).
         ``fence``: the scheduling loop's lease, checked first (a stale leader's change is refused)."""
         if new_state is JobState.PLACED:
             raise InputError("a job becomes placed only with its allocation: use record_allocation", source=job_id)
@@ -211,9 +260,12 @@ class JobsMixin(StoreBase):
             row, current = self._guard(s, job_id, expected_version, new_state)
             now = self._clock()
             # The guarded update first: a stale writer fails before touching allocations or usage.
-            self._bump(s, row, new_state, reason_code if new_state is JobState.PENDING else "", reason, now)
+            # A reason code stays on a waiting job (the scheduler's) and on one that ended with a stable cause
+            # (dependency_never_satisfied, time_limit); leaving the queue otherwise clears it.
+            self._bump(s, row, new_state, reason_code if new_state not in HOLDING else "", reason, now)
             if current in HOLDING and new_state not in HOLDING:
-                self._free(s, job_id, now)
+                ended = outcome or ("requeued" if new_state is JobState.PENDING else new_state.value)
+                self._free(s, job_id, now, ended, reason)
             data: dict[str, object] = {"from": current.value, "to": new_state.value, "reason": reason}
             if fence is not None:
                 data["leader_token"] = fence.token
@@ -228,13 +280,25 @@ class JobsMixin(StoreBase):
         *,
         new_state: JobState = JobState.PENDING,
         reason: str = "",
+        cause: RetryOn | None = None,
         fence: Fence | None = None,
     ) -> JobRecord:
-        """Free a placed or running job's GPUs, moving it to ``new_state`` (requeued by default)."""
-        current = self.get_job(job_id).state
-        if current not in HOLDING:
-            raise InputError(f"job is {current.value}: it holds no allocation", source=f"job {job_id}")
-        return self.transition_job(job_id, expected_version, new_state, reason, actor, fence=fence)
+        """Free a placed or running job's GPUs, moving it to ``new_state`` (requeued by default). ``cause`` (a
+        lost node, a preemption) ends the run as that cause: requeued, unless the job's retry policy counts
+        the cause and has no retry left, when the job fails instead. ``fence``: the loop's lease."""
+        rec = self.get_job(job_id)
+        if rec.state not in HOLDING:
+            raise InputError(f"job is {rec.state.value}: it holds no allocation", source=f"job {job_id}")
+        if cause is None or new_state is not JobState.PENDING:
+            return self.transition_job(job_id, expected_version, new_state, reason, actor, fence=fence)
+        with self._tx(write=False) as s:
+            row = s.get(JobRow, job_id)
+            again, note = (None, "") if row is None else retry_decision(s, row, rec.spec, cause)
+        final = JobState.FAILED if again is False else JobState.PENDING
+        why = f"{reason}; {note}" if note else reason
+        return self.transition_job(
+            job_id, expected_version, final, why, actor, outcome=CAUSE_OUTCOME[cause], fence=fence
+        )
 
     def record_allocation(
         self, job_id: str, expected_version: int, allocation: Allocation, actor: str, *, fence: Fence | None = None
@@ -258,6 +322,7 @@ class JobsMixin(StoreBase):
             self._check_capacity(s, job_id, allocation, nodes)
             now = self._clock()
             assignment = row.version + 1  # unique per job and increasing: the version this placement creates
+            attempt = (row.attempt or 0) + 1
             milli_by_model: dict[str, int] = defaultdict(int)
             for i, t in enumerate(allocation.tasks):
                 s.add(
@@ -286,9 +351,25 @@ class JobsMixin(StoreBase):
                         milli_gpu=milli,
                         start_s=now,
                         end_s=None,
+                        attempt=attempt,
                     )
                 )
-            self._bump(s, row, JobState.PLACED, "", "", now)
+            s.add(
+                JobAttemptRow(
+                    job_id=job_id,
+                    attempt=attempt,
+                    assignment=assignment,
+                    tenant=spec.tenant,
+                    pool=spec.pool,
+                    gpu_model=",".join(sorted(milli_by_model)),
+                    milli_gpu=sum(milli_by_model.values()),
+                    hosts=json.dumps([t.host for t in allocation.tasks]),
+                    placed_s=now,
+                    state=JobState.PLACED.value,
+                    reason="",
+                )
+            )
+            self._bump(s, row, JobState.PLACED, "", "", now, attempt=attempt)
             data = {"from": JobState.PENDING.value, "to": JobState.PLACED.value, **allocation_to_dict(allocation)}
             if fence is not None:
                 data["leader_token"] = fence.token
@@ -335,13 +416,29 @@ class JobsMixin(StoreBase):
         return row, current
 
     @staticmethod
-    def _bump(s: Session, row: JobRow, state: JobState, reason_code: str, reason: str, now: float) -> None:
+    def _bump(
+        s: Session,
+        row: JobRow,
+        state: JobState,
+        reason_code: str,
+        reason: str,
+        now: float,
+        *,
+        attempt: int | None = None,
+    ) -> None:
         # The read in _guard saw the expected version, but on PostgreSQL another transaction may have committed
         # since: the WHERE on the version is the real guard, and a zero row count rolls the whole change back.
         result = s.execute(
             update(JobRow)
             .where(JobRow.id == row.id, JobRow.version == row.version)
-            .values(state=state.value, version=row.version + 1, reason_code=reason_code, reason=reason, updated_s=now)
+            .values(
+                state=state.value,
+                version=row.version + 1,
+                reason_code=reason_code,
+                reason=reason,
+                updated_s=now,
+                **({} if attempt is None else {"attempt": attempt}),
+            )
             .execution_options(synchronize_session=False)
         )
         if getattr(result, "rowcount", 1) != 1:
@@ -349,10 +446,16 @@ class JobsMixin(StoreBase):
         s.refresh(row)
 
     @staticmethod
-    def _free(s: Session, job_id: str, now: float) -> None:
+    def _free(s: Session, job_id: str, now: float, outcome: str, reason: str, exit_code: int | None = None) -> None:
         """The job no longer holds its allocation: ranks that ended, or were never reported launched, are
         deleted; ranks whose process may still run become releasing, their GPUs held until their agent
-        confirms the process gone (``release_ranks``)."""
+        confirms the process gone (``release_ranks``). Its run ends as ``outcome``, with ``reason``."""
+        s.execute(
+            update(JobAttemptRow)
+            .where(JobAttemptRow.job_id == job_id, JobAttemptRow.ended_s.is_(None))
+            .values(ended_s=now, state=outcome[:16], reason=reason, exit_code=exit_code)
+            .execution_options(synchronize_session=False)
+        )
         mine = AllocationRow.job_id == job_id
         gone = or_(AllocationRow.exited_s.is_not(None), AllocationRow.launched_s.is_(None))
         s.execute(delete(AllocationRow).where(mine, gone))

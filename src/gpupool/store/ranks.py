@@ -19,14 +19,14 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from gpupool.domain.jobs import Allocation
+from gpupool.domain.jobs import Allocation, RetryOn
 from gpupool.domain.states import JobState
 from gpupool.store.base import StoreBase
-from gpupool.store.jobs import HOLDING, JobsMixin, allocation_from_rows, job_record
-from gpupool.store.rows import AllocationRow, JobRow
+from gpupool.store.jobs import CAUSE_OUTCOME, HOLDING, JobsMixin, allocation_from_rows, job_record, retry_decision
+from gpupool.store.rows import AllocationRow, JobAttemptRow, JobRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,20 +60,30 @@ def parse_assignment_id(aid: str) -> tuple[str, int, int] | None:
     return parts[0], int(parts[1]), int(parts[2])
 
 
-def _verdict(rows: Sequence[AllocationRow]) -> tuple[JobState | None, str]:
-    """The state the ranks of one allocation call for (None: nothing decided yet), and why."""
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    state: JobState | None  # what the ranks call for; None: nothing decided yet
+    why: str = ""
+    exit_code: int | None = None  # the failing rank's (0 when every rank exited 0)
+    cause: RetryOn | None = None  # a failure's cause, as a retry policy counts it
+
+
+def _verdict(rows: Sequence[AllocationRow]) -> _Verdict:
+    """The state the ranks of one allocation call for, and why."""
     if not rows:
-        return None, ""
+        return _Verdict(None)
     for r in rows:
         if r.lost:
-            return JobState.FAILED, f"rank {r.task_index} on {r.host} was lost by its agent"
+            why = f"rank {r.task_index} on {r.host} was lost by its agent"
+            return _Verdict(JobState.FAILED, why, None, RetryOn.NODE_LOST)
         if r.exited_s is not None and r.exit_code != 0:
-            return JobState.FAILED, f"rank {r.task_index} on {r.host} exited with {r.exit_code}"
+            why = f"rank {r.task_index} on {r.host} exited with {r.exit_code}"
+            return _Verdict(JobState.FAILED, why, r.exit_code, RetryOn.FAILURE)
     if all(r.exited_s is not None for r in rows):
-        return JobState.FINISHED, "every rank exited 0"
+        return _Verdict(JobState.FINISHED, "every rank exited 0", 0)
     if all(r.started_s is not None for r in rows):
-        return JobState.RUNNING, "every rank started"
-    return None, ""
+        return _Verdict(JobState.RUNNING, "every rank started")
+    return _Verdict(None)
 
 
 class RanksMixin(JobsMixin, StoreBase):
@@ -124,23 +134,53 @@ class RanksMixin(JobsMixin, StoreBase):
         self, s: Session, job: JobRow, rows: Sequence[AllocationRow], extra: str, actor: str, now: float
     ) -> bool:
         current = JobState(job.state)
-        verdict, why = _verdict(rows)
+        v = _verdict(rows)
+        verdict, why = v.state, v.why
         if verdict is None or verdict is current:
             return False
-        why += extra if verdict is JobState.FAILED else ""
+        outcome = verdict.value
+        if verdict is JobState.FAILED:
+            why += extra
+            assert v.cause is not None
+            again, note = retry_decision(s, job, job_record(job).spec, v.cause)
+            if again:  # run again: this run ends failed (or lost), the job goes back to the queue
+                verdict, outcome = JobState.PENDING, CAUSE_OUTCOME[v.cause]
+            if note:
+                why = f"attempt {job.attempt}: {why}; {note}"
         # Placed -> finished passes through running (every rank did start); placed -> failed is its own edge.
         steps = [JobState.RUNNING, verdict] if (current, verdict) == (JobState.PLACED, JobState.FINISHED) else [verdict]
         s.flush()  # the rank columns before the job's guarded update
         for step in steps:
-            self._move(s, job, step, "every rank started" if step is JobState.RUNNING else why, actor, now)
+            if step is JobState.RUNNING:
+                self._move(s, job, step, "every rank started", actor, now)
+            else:
+                self._move(s, job, step, why, actor, now, outcome=outcome, exit_code=v.exit_code)
         return True
 
-    def _move(self, s: Session, job: JobRow, new: JobState, reason: str, actor: str, now: float) -> None:
+    def _move(
+        self,
+        s: Session,
+        job: JobRow,
+        new: JobState,
+        reason: str,
+        actor: str,
+        now: float,
+        *,
+        outcome: str = "",
+        exit_code: int | None = None,
+    ) -> None:
         current = JobState(job.state)
         self._guard(s, job.id, job.version, new)
         self._bump(s, job, new, "", reason, now)
+        if new is JobState.RUNNING:
+            s.execute(
+                update(JobAttemptRow)
+                .where(JobAttemptRow.job_id == job.id, JobAttemptRow.ended_s.is_(None))
+                .values(started_s=now, state=JobState.RUNNING.value)
+                .execution_options(synchronize_session=False)
+            )
         if new not in HOLDING:
-            self._free(s, job.id, now)
+            self._free(s, job.id, now, outcome or new.value, reason, exit_code)
         self._audit(
             s,
             actor,
@@ -204,7 +244,7 @@ class RanksMixin(JobsMixin, StoreBase):
             now, before = self._clock(), job.state
             self._guard(s, job_id, job.version, JobState.PENDING)
             self._bump(s, job, JobState.PENDING, "rank_not_launched", why, now)
-            self._free(s, job_id, now)
+            self._free(s, job_id, now, "requeued", why)
             data = {"from": before, "to": JobState.PENDING.value, "reason": why}
             self._audit(s, actor, "job.pending", f"job/{job_id}", data, now)
             return True

@@ -24,10 +24,32 @@ class JobRecord:
     reason: str
     created_s: float
     updated_s: float
+    attempt: int = 0  # the current (or last) run's number; 0 before its first placement
 
     @property
     def job_id(self) -> str:
         return self.spec.job_id
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One run of a job: where, how much, from when to when, and how it ended (``state``: finished, failed,
+    timeout, cancelled, preempted, node_lost, requeued; placed or running while it lasts)."""
+
+    job_id: str
+    attempt: int
+    assignment: int
+    tenant: str
+    pool: str
+    gpu_model: str
+    milli_gpu: int
+    hosts: tuple[str, ...]
+    placed_s: float
+    started_s: float | None
+    ended_s: float | None
+    state: str
+    exit_code: int | None
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)

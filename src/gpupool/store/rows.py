@@ -89,6 +89,32 @@ class JobRow(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     created_s: Mapped[float] = mapped_column(Float)
     updated_s: Mapped[float] = mapped_column(Float)
+    # How many runs it was placed for (migration 0009): the current run's number once placed, 0 before.
+    attempt: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class JobAttemptRow(Base):
+    """One run of a job (migration 0009): from its placement until it left placed/running, with how it ended.
+
+    ``state`` is the run's end: finished, failed, timeout, cancelled, preempted, node_lost, requeued (never
+    launched), or the job's live state (placed, running) while it lasts. A retried job keeps every run."""
+
+    __tablename__ = "job_attempts"
+    __table_args__ = (Index("ix_job_attempts_window", "placed_s", "ended_s"),)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)  # 1 for the first run
+    assignment: Mapped[int] = mapped_column(Integer)  # the allocation number it ran as (assignment ids)
+    tenant: Mapped[str] = mapped_column(String(128))
+    pool: Mapped[str] = mapped_column(String(128))
+    gpu_model: Mapped[str] = mapped_column(String(256), default="")  # several models: comma-separated
+    milli_gpu: Mapped[int] = mapped_column(Integer, default=0)  # held in all, over every rank
+    hosts: Mapped[str] = mapped_column(Text, default="[]")  # JSON list, in rank order
+    placed_s: Mapped[float] = mapped_column(Float)
+    started_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ended_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
 
 
 class AllocationRow(Base):
@@ -189,6 +215,7 @@ class UsageIntervalRow(Base):
     milli_gpu: Mapped[int] = mapped_column(Integer)
     start_s: Mapped[float] = mapped_column(Float)
     end_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    attempt: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the run it belongs to (migration 0009)
 
 
 class JobCommandRow(Base):
@@ -198,6 +225,9 @@ class JobCommandRow(Base):
     job_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     argv: Mapped[str] = mapped_column(Text)  # JSON list of strings: never a shell string
     env: Mapped[str] = mapped_column(Text, default="{}")  # JSON object of extra variables
+    # How its ranks are launched beyond argv and env (migration 0009), a JSON object: a container image and
+    # its mounts, a working directory, Slurm's variables (``server.launch``).
+    launch: Mapped[str] = mapped_column(Text, default="{}", server_default="{}")
 
 
 class AgentRow(Base):

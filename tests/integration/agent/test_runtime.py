@@ -56,7 +56,21 @@ def ready(rt: WorkloadRuntime, aid: str) -> None:
 
 
 def test_workload_env_builds_exactly_the_gang_variables() -> None:
-    env = workload_env("job-7", 9, 16, 1, [4, 5, 6, 7], ["mlx5_4:1", "mlx5_5:1"], "10.0.0.1", 29500, "eth0")
+    env = workload_env(
+        "job-7",
+        9,
+        16,
+        1,
+        [4, 5, 6, 7],
+        ["mlx5_4:1", "mlx5_5:1"],
+        "10.0.0.1",
+        29500,
+        "eth0",
+        local_world_size=2,
+        node_rank=4,
+        nnodes=8,
+        attempt=3,
+    )
     assert env == {
         "GPUPOOL_JOB_ID": "job-7",
         "CUDA_VISIBLE_DEVICES": "4,5,6,7",
@@ -68,7 +82,13 @@ def test_workload_env_builds_exactly_the_gang_variables() -> None:
         "RANK": "9",
         "WORLD_SIZE": "16",
         "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "NODE_RANK": "4",
+        "NNODES": "8",
+        "GPUPOOL_ATTEMPT": "3",
     }
+    with pytest.raises(InputError):
+        workload_env("j", 1, 2, 1, [0], "", "h", 29500, "", local_world_size=1)  # local rank past its host's ranks
     with pytest.raises(InputError):
         workload_env("j", 16, 16, 0, [0], "=mlx5_0:1", "h", 29500, "eth0")
     with pytest.raises(InputError):

@@ -12,9 +12,13 @@ from hypothesis import strategies as st
 from gpupool.domain.errors import ParseError
 from gpupool.domain.jobs import (
     Allocation,
+    Dependency,
+    DependencyKind,
     GpuShare,
     JobSpec,
     PriorityClass,
+    RetryOn,
+    RetryPolicy,
     Scaling,
     Scope,
     TaskAllocation,
@@ -63,6 +67,21 @@ def specs(draw: st.DrawFn) -> JobSpec:
         deadline_s=draw(st.none() | finite),
         min_tasks=draw(st.integers(1, tasks)) if elastic else None,
         scaling=Scaling.LINEAR if elastic else Scaling.NONE,
+        time_limit_s=draw(st.none() | st.floats(min_value=0.5, max_value=1e7, allow_nan=False)),
+        signal_lead_s=draw(st.none() | finite),
+        retry=draw(st.none() | st.builds(RetryPolicy, st.integers(0, 100), st.frozensets(st.sampled_from(RetryOn)))),
+        after=tuple(
+            draw(st.lists(st.builds(Dependency, st.sampled_from(DependencyKind), st.tuples(text)), max_size=2))
+        ),
+        **draw(
+            st.none().map(lambda _: {})
+            | st.builds(
+                lambda a, i, c: {"array_id": a, "array_index": i, "array_cap": c},
+                text,
+                st.none() | st.integers(0, 10**6),
+                st.integers(0, 100),
+            )
+        ),
     )
 
 
@@ -74,9 +93,24 @@ def test_spec_round_trip_through_json(spec: JobSpec) -> None:
 
 
 def test_codec_writes_every_field_of_jobspec() -> None:
-    # A field added to JobSpec but not to the codec would be silently dropped by the store.
-    written = set(spec_to_dict(JobSpec("j"))) - {"v"}
-    assert written == {f.name for f in dataclasses.fields(JobSpec)}
+    # A field added to JobSpec but not to the codec would be silently dropped by the store. The lifecycle
+    # fields (time limit, retries, array, dependencies) are written only when set: a spec without them is
+    # stored byte for byte as before they existed.
+    full = JobSpec(
+        "j",
+        time_limit_s=60,
+        signal_lead_s=5,
+        retry=RetryPolicy(2),
+        array_id="a",
+        array_index=0,
+        array_cap=2,
+        after=(Dependency(DependencyKind.AFTEROK, ("x",)),),
+    )
+    written = set(spec_to_dict(full)) - {"v"}
+    array = {"array_id", "array_index", "array_cap"}
+    assert written == {f.name for f in dataclasses.fields(JobSpec)} - array | {"array"}
+    lifecycle = {"time_limit_s", "signal_lead_s", "retry", "array", "after"}
+    assert set(spec_to_dict(JobSpec("j"))) == written - lifecycle | {"v"}
 
 
 @pytest.mark.parametrize(

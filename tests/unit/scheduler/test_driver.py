@@ -10,9 +10,10 @@ from test_sharing_rules import CAL, DAY0
 
 from gpupool.cluster import ClusterState
 from gpupool.domain.calendar import parse_calendar
-from gpupool.domain.events import JobPlaced, JobPreempted, JobStarted, JobSubmitted
+from gpupool.domain.events import JobEnded, JobPlaced, JobPreempted, JobStarted, JobSubmitted
 from gpupool.domain.jobs import Allocation
-from gpupool.scheduler import Preemption, Signal, Waiting
+from gpupool.domain.states import JobState
+from gpupool.scheduler import NO_SHARING, Ending, Preemption, ReasonCode, Signal, Waiting
 from gpupool.scheduler.driver import CycleDriver
 from gpupool.scheduler.settings import SchedulerSettings, scheduler_config, sharing_policy
 
@@ -23,6 +24,12 @@ class Recorder:
     def __init__(self, state: ClusterState, *, signals_take: bool = True) -> None:
         self.state, self.signals_take = state, signals_take
         self.calls: list[tuple[str, str]] = []
+
+    def end(self, ending: Ending, now_s: float) -> bool:
+        self.calls.append(("end", ending.job_id))
+        final = JobState.TIMEOUT if ending.reason is ReasonCode.TIME_LIMIT else JobState.CANCELLED
+        self.state.apply(JobEnded(ending.job_id, final, now_s))
+        return True
 
     def preempt(self, preemption: Preemption, now_s: float) -> bool:
         self.calls.append(("preempt", preemption.job_id))
@@ -87,3 +94,38 @@ def test_a_signal_that_did_not_take_is_sent_again_and_usage_is_measured_each_cyc
     # 8 GPUs held for 5 h 1 min since the first cycle: fair share's history, then 1 s more (the old decayed).
     assert first.request.inputs.usage_gpu_s["a"] == 8 * (opened + 60 - night)
     assert first.request.inputs.usage_gpu_s["a"] < again.request.inputs.usage_gpu_s["a"]
+
+
+def test_endings_come_first_and_what_they_free_is_placed_by_the_next_cycle() -> None:
+    settings = SchedulerSettings(time_limit_lead_s=30.0)
+    driver = CycleDriver(scheduler_config(settings), settings.usage_half_life_s)
+    state = ClusterState(make_fabric(1, 1))
+    act = Recorder(state)
+    limited = make_job("limited", gpus=8, time_limit_s=100.0)
+    state.apply(JobSubmitted(limited, 0.0))
+    driver.run_cycle(state.snapshot(), (limited,), NO_SHARING, act, 0.0)
+    nxt = make_job("next", gpus=8, t=1.0)
+    state.apply(JobSubmitted(nxt, 1.0))
+    act.calls.clear()
+    driver.run_cycle(state.snapshot(), (nxt,), NO_SHARING, act, 80.0)
+    assert act.calls == [("signal", "limited"), ("waiting", "next")]
+    act.calls.clear()
+    run = driver.run_cycle(state.snapshot(), (nxt,), NO_SHARING, act, 100.0)
+    assert run.ended == 1 and act.calls == [("end", "limited"), ("waiting", "next")]  # signalled already
+    assert state.job_state("limited") is JobState.TIMEOUT
+    act.calls.clear()
+    driver.run_cycle(state.snapshot(), (nxt,), NO_SHARING, act, 101.0)
+    assert act.calls == [("place", "next"), ("waiting", "")]
+
+
+def test_a_job_whose_lead_no_cycle_saw_is_signalled_before_it_is_stopped() -> None:
+    settings = SchedulerSettings(time_limit_lead_s=30.0)
+    driver = CycleDriver(scheduler_config(settings), settings.usage_half_life_s)
+    state = ClusterState(make_fabric(1, 1))
+    act = Recorder(state)
+    limited = make_job("limited", gpus=8, time_limit_s=100.0)
+    state.apply(JobSubmitted(limited, 0.0))
+    driver.run_cycle(state.snapshot(), (limited,), NO_SHARING, act, 0.0)
+    act.calls.clear()
+    driver.run_cycle(state.snapshot(), (), NO_SHARING, act, 500.0)  # the loop slept through the lead
+    assert act.calls == [("signal", "limited"), ("end", "limited"), ("waiting", "")]
