@@ -1,0 +1,196 @@
+"""The scheduling loop's state from the store: the rebuild of a ``ClusterState`` from what is stored, and the
+per-cycle sync that folds in what other writers changed (new jobs, jobs that moved or left the live set and
+how they ended, releasing ranks, nodes' states, grades and labels), and the ends of jobs that pending jobs
+depend on. A mixin of ``SchedulingLoop``, which owns the attributes declared here; only the loop's thread
+calls it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from gpupool.cluster import ClusterState
+from gpupool.domain.dependencies import TERMINAL
+from gpupool.domain.errors import GpupoolError
+from gpupool.domain.events import (
+    JobEnded,
+    JobPlaced,
+    JobPreempted,
+    JobStarted,
+    JobSubmitted,
+    NodeDrained,
+    NodeLost,
+    NodeRestored,
+    RanksReleased,
+    RanksReleasing,
+)
+from gpupool.domain.states import JobState, NodeState
+from gpupool.scheduler.driver import CycleDriver
+from gpupool.server.fabric_cache import FabricCache
+from gpupool.server.live import HeldFacts, LiveInbox
+from gpupool.store import JobRecord, Store
+from gpupool.store.server_ops import ServerOps
+
+log = logging.getLogger("gpupool.server.loop")
+
+
+class StoreSync:
+    _store: Store
+    _ops: ServerOps
+    _fabrics: FabricCache
+    _clock: Callable[[], float]
+    _state: ClusterState | None
+    _key: tuple[object, ...] | None
+    _dirty: bool
+    _db_state: dict[str, JobState]
+    _versions: dict[str, int]
+    _facts: HeldFacts
+    _driver: CycleDriver
+    _fresh_lock: threading.Lock
+    _fresh: dict[str, JobRecord]
+    live: LiveInbox
+
+    # -- state from the store ----------------------------------------------------------------------------------
+    def _rebuild(self, key: tuple[object, ...]) -> None:
+        fabric, key = self._fabrics.current()
+        assert fabric is not None
+        # Taken before the store is read: an event put from here on is pending for the next cycle's drain,
+        # and one put before is in ``telemetry`` (or, a durable fact, in the store), so none is lost or doubled.
+        telemetry = self.live.restart()
+        loaded = self._store.load_state()
+        state = ClusterState(fabric)
+        for job in loaded.jobs:
+            state.apply(JobSubmitted(job.spec, job.created_s))
+        by_job = {j.job_id: j for j in loaded.jobs}
+        for alloc in loaded.allocations:
+            rec = by_job.get(alloc.job_id)
+            if rec is None:
+                continue
+            try:
+                state.apply(JobPlaced(alloc, rec.updated_s))
+                if rec.state is JobState.RUNNING:
+                    state.apply(JobStarted(alloc.job_id, rec.updated_s))
+            except GpupoolError as e:
+                log.warning("stored allocation of %s does not fit the fabric: %s", alloc.job_id, e)
+        for alloc in loaded.releasing:
+            try:
+                state.apply(RanksReleasing(alloc, self._clock()))
+            except GpupoolError as e:
+                log.warning("releasing ranks of %s do not fit the fabric: %s", alloc.job_id, e)
+        nodes = {n.name: n for n in loaded.nodes}
+        for host in fabric.hosts:
+            n = nodes.get(host.name)
+            if n is None or n.state is NodeState.LOST:
+                state.apply(NodeLost(host.name, 0.0))
+            elif n.state is NodeState.DRAINED:
+                state.apply(NodeDrained(host.name, 0.0))
+        self._facts = HeldFacts()  # a job the store still places on a BAD GPU is requeued by this cycle
+        self._facts.sync(state, loaded.nodes, self._clock())
+        for ev in telemetry:
+            try:
+                state.apply(ev)
+            except GpupoolError:
+                continue  # a host or switch the new fabric lacks
+        self._state = state
+        self._key = key
+        self._db_state = {j.job_id: j.state for j in loaded.jobs}
+        self._versions = {j.job_id: j.version for j in loaded.jobs}
+        self._dirty = False
+
+    def _sync(self) -> bool:
+        """Fold changes other writers made into the state; False when only a rebuild can explain them."""
+        state = self._state
+        assert state is not None
+        # Taken before the read: every hint was committed before it, so a hinted job missing from ``live``
+        # has already left the queue and its hint can go.
+        with self._fresh_lock:
+            fresh, self._fresh = self._fresh, {}
+        live = {j.job_id: j for j in self._ops.live_jobs()}
+        new = [j for j, lj in live.items() if j not in self._db_state and lj.state is JobState.PENDING]
+        if any(j not in self._db_state and lj.state is not JobState.PENDING for j, lj in live.items()):
+            return False
+        now = self._clock()
+        try:
+            read = {r.job_id: r for r in self._ops.specs([j for j in new if j not in fresh])}
+            for job_id in new:
+                rec = fresh.get(job_id) or read[job_id]
+                state.apply(JobSubmitted(rec.spec, rec.created_s))
+            gone = [j for j in self._db_state if j not in live]
+            finals = self._ops.job_states(gone) if gone else {}
+            for job_id, old in list(self._db_state.items()):
+                lj = live.get(job_id)
+                if lj is None:
+                    final = finals.get(job_id, JobState.CANCELLED)
+                    learns = old is JobState.RUNNING and final is JobState.FINISHED
+                    self._end(state, job_id, final, now, self._driver if learns else None)
+                    del self._db_state[job_id]
+                    self._versions.pop(job_id, None)
+                    continue
+                if lj.state is not old:
+                    if old is JobState.PLACED and lj.state is JobState.RUNNING:
+                        state.apply(JobStarted(job_id, now))
+                    elif old in (JobState.PLACED, JobState.RUNNING) and lj.state is JobState.PENDING:
+                        state.apply(JobPreempted(job_id, now, "requeued"))
+                    else:
+                        return False
+            for job_id in new:
+                self._db_state[job_id] = JobState.PENDING
+            for job_id, lj in live.items():
+                self._db_state[job_id] = lj.state
+                self._versions[job_id] = lj.version
+            self._sync_releasing(state, now)
+            self._sync_nodes(state, now)
+        except GpupoolError as e:
+            log.info("state sync needs a rebuild: %s", e)
+            return False
+        return True
+
+    def _sync_releasing(self, state: ClusterState, now: float) -> None:
+        """Hold the GPUs of stopped jobs' ranks still releasing (whoever stopped them); free those confirmed gone."""
+        stored, held = self._store.releasing_allocations(), state.releasing
+        for job_id in held.keys() - stored.keys():
+            state.apply(RanksReleased(job_id, now))
+        for job_id, alloc in stored.items():
+            if held.get(job_id) != alloc:
+                state.apply(RanksReleasing(alloc, now))
+
+    @staticmethod
+    def _end(state: ClusterState, job_id: str, final: JobState, now: float, driver: CycleDriver | None) -> None:
+        """A job left the live set as ``final`` (read from the store: the jobs depending on it see how it
+        ended). ``driver``: it finished while running (a policy that learns from completions counts it, as the
+        simulator does)."""
+        if state.job_state(job_id) in TERMINAL:
+            return  # ended here (a time limit, a dependency never met) before the store said so
+        spec = state.job_spec(job_id)
+        if driver is not None and spec is not None and driver.history is not None:
+            driver.finished(spec, state.service_gpu_s(job_id, now))
+        state.apply(JobEnded(job_id, final if final in TERMINAL else JobState.CANCELLED, now))
+
+    def _sync_nodes(self, state: ClusterState, now: float) -> None:
+        fabric = state.index.fabric
+        nodes = self._store.list_nodes()
+        self._facts.sync(state, nodes, now)
+        for n in nodes:
+            if not fabric.has_host(n.name):
+                continue
+            mem = state.node_state(n.name)
+            if mem is n.state:
+                continue
+            if n.state is NodeState.DRAINED and mem is NodeState.UP:
+                state.apply(NodeDrained(n.name, now))
+            elif n.state is NodeState.UP:
+                state.apply(NodeRestored(n.name, now))
+            else:
+                raise GpupoolError(f"node {n.name}: {mem.value} here, {n.state.value} in the store")
+
+    def _load_dependencies(self, state: ClusterState, now: float) -> None:
+        """The ends of jobs pending jobs depend on that the state does not hold (they ended before it was built,
+        or on another replica's watch): read once, then held as ``JobEnded`` facts."""
+        unknown = state.unknown_dependencies()
+        if not unknown:
+            return
+        for job_id, final in self._ops.job_states(unknown).items():
+            if final in TERMINAL:
+                state.apply(JobEnded(job_id, final, now))
