@@ -1,7 +1,7 @@
 """Job attempts: every run of a job kept with how it ended; usage intervals name their run; launch options.
 
 Revision ID: 0009
-Revises: 0006
+Revises: 0007
 Create Date: 2026-12-10
 
 A job may now run several times (retries after a failure, requeues after a lost node or a preemption):
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009"
-down_revision: str | None = "0006"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
