@@ -1,13 +1,25 @@
-"""``gpupool demo`` as a real process: it starts a server and agents, runs jobs, and leaves no process behind."""
+"""``gpupool demo`` as a real process: it starts a server and agents, runs jobs, rides out a server that stops
+answering for a while, and leaves no process behind."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import httpx
+import pytest
+
 from gpupool.agent.runtime import process_start_ticks
+from gpupool.cli.demo import STATUS_EVERY_S, _counts
+from procs import until
+
+PAUSE_S = 12.0  # longer than the demo's HTTP timeout (10 s): its status poll and submits time out meanwhile
 
 
 def alive(pid: int) -> bool:
@@ -15,14 +27,35 @@ def alive(pid: int) -> bool:
     return st is not None and st[1] != "Z"
 
 
-def test_demo_runs_jobs_and_cleans_up_every_process(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "gpupool", "demo", "--hosts", "4", "--duration", "25", "--interval", "0.5"]
-    out = subprocess.run(
-        [*argv, "--wave", "60", "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=240
+def test_demo_runs_jobs_survives_a_paused_server_and_cleans_up_every_process(tmp_path: Path) -> None:
+    """Invariant: a server that answers nothing for PAUSE_S (SIGSTOP) does not stop the demo: it carries on,
+    reports again once the server answers, and still stops every process it started at the end."""
+    argv = [sys.executable, "-m", "gpupool", "demo", "--hosts", "4", "--duration", "45", "--interval", "0.5"]
+    proc = subprocess.Popen(
+        [*argv, "--wave", "60", "--workdir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "API        http://127.0.0.1:" in out.stdout and "gpupool jobs" in out.stdout
-    assert "every process stopped" in out.stdout
+    lines: list[str] = []
+    assert proc.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    try:
+        until(lambda: any("jobs:" in ln for ln in lines), 120, "a first status line")
+        server = json.loads((tmp_path / "pids.json").read_text())[0]
+        os.kill(server, signal.SIGSTOP)
+        threading.Event().wait(PAUSE_S)  # the fault itself lasts this long: what the demo must ride out
+        seen = len(lines)
+        os.kill(server, signal.SIGCONT)
+        until(lambda: any("jobs:" in ln for ln in lines[seen:]), 60, "a status line after the pause")
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = "".join(lines)
+    assert proc.returncode == 0, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    assert "API        http://127.0.0.1:" in out and " jobs" in out
+    assert "every process stopped" in out
     pids = json.loads((tmp_path / "pids.json").read_text())
     assert len(pids) == 5  # the server and four agents
     assert not [p for p in pids if alive(p)]
@@ -35,3 +68,54 @@ def test_demo_runs_jobs_and_cleans_up_every_process(tmp_path: Path) -> None:
     finished = [r for r in launches if (r.parent / "stdout.log").read_text().endswith("done\n")]
     assert finished, "no task ran to completion"
     assert any("training rank 1 of 2" in (r.parent / "stdout.log").read_text() for r in launches)
+
+
+class _Resetting:
+    """An HTTP server on 127.0.0.1 that resets its first ``resets`` connections (RST, as a peer closing a
+    kept-alive connection does) and answers the next ones with a job list."""
+
+    def __init__(self, resets: int) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.resets = resets
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                if self.resets > 0:
+                    self.resets -= 1
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    continue
+                body = b'{"jobs": [{"state": "running"}, {"state": "pending"}]}'
+                head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                conn.sendall(head.encode() + b"Connection: close\r\n\r\n" + body)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_one_connection_reset_does_not_lose_the_status_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo died on one 'Connection reset by peer' in its status poll: now it retries once, and when the
+    server keeps resetting it says so and carries on (an empty status, never an exception)."""
+    assert STATUS_EVERY_S != 5.0  # uvicorn's keep-alive: a poll that often meets connections being closed
+    once = _Resetting(resets=1)
+    try:
+        with httpx.Client(base_url=once.url, timeout=5) as http:
+            assert _counts(http) == "jobs: pending 1, running 1"
+    finally:
+        once.close()
+    always = _Resetting(resets=10**6)
+    try:
+        with httpx.Client(base_url=always.url, timeout=5) as http:
+            assert _counts(http) == ""
+    finally:
+        always.close()
+    assert "carrying on" in capsys.readouterr().err

@@ -35,6 +35,8 @@ from gpupool.agent.reporter import ServerClient
 from gpupool.domain.errors import InputError
 from gpupool.domain.labels import parse_assignments, parse_labels_file
 
+MAX_INTERVAL_S = 3600.0  # a node silent longer than this is lost to any sane node_lost_after_s anyway
+
 
 def agent(
     server: Annotated[
@@ -128,8 +130,10 @@ def agent(
     _token_off_the_command_line()
     token = _join_token(join_token, join_token_file)
     name = host or default_host()
-    if interval <= 0:
-        raise InputError(f"must be positive, not {interval}", source="--interval")
+    if not 0 < interval <= MAX_INTERVAL_S:  # NaN fails both
+        raise InputError(
+            f"heartbeat seconds above 0 and at most {MAX_INTERVAL_S:g}, not {interval}", source="--interval"
+        )
     labels = node_labels(label or [], labels_file)
     hold = _isolation(
         isolation,

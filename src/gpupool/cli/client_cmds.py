@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
 from gpupool.client import Client, load_client_config, read_job_file
+from gpupool.domain.errors import InputError
 from gpupool.domain.labels import parse_assignments
 from gpupool.schemas.api import JobOut, JobSubmit
 
@@ -84,10 +86,28 @@ def submit(
     base.update({k: v for k, v in over.items() if v is not None})
     if "command" not in base:
         raise typer.BadParameter("give the job's command after --, or a job file with command:")
-    job = JobSubmit.model_validate(base)
+    job = _job(base, file)
     with _client() as c:
         out = c.submit(job, key)
     typer.echo(f"{out.job.id} {'submitted' if out.created else 'already submitted'} ({out.job.state})")
+
+
+# The job fields the submit flags set, by flag: a value the API refuses is named by the flag that gave it.
+_FLAG_OF_FIELD = {"command": "command", "gpus_per_task": "--gpus", "tasks": "--tasks", "pool": "--pool",
+                  "priority": "--priority", "name": "--name", "tenant": "--tenant"}  # fmt: skip
+
+
+def _job(fields: dict[str, Any], file: Path | None) -> JobSubmit:
+    """The job the flags and file describe, checked as the server checks it (the API's own model)."""
+    try:
+        return JobSubmit.model_validate(fields)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = [str(x) for x in err["loc"]]
+        where = _FLAG_OF_FIELD.get(loc[0], "") if loc else ""
+        if not where and file is not None:
+            where = f"{file}: {'.'.join(loc)}"
+        raise InputError(f"{err['msg']} (got {err.get('input')!r})", source=where or ".".join(loc)) from None
 
 
 def jobs(

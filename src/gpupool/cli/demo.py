@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -46,8 +48,8 @@ def _wave(now: float) -> list[dict[str, Any]]:
     """One round of the mixed workload: inference services, training gangs, deadline batch jobs, two tenants."""
     jobs: list[dict[str, Any]] = []
     for i in range(4):
-        jobs.append({"name": f"serve-{i}", "tenant": "vision", "tasks": 1, "gpus_per_task": 1, "priority": "high",
-                     "command": _task(8, "inference")})  # fmt: skip
+        jobs.append({"name": f"serve-{i}", "tenant": "vision", "pool": "inference", "tasks": 1, "gpus_per_task": 1,
+                     "priority": "high", "command": _task(8, "inference")})  # fmt: skip
     for i, tasks in enumerate((2, 2, 4)):
         jobs.append({"name": f"train-{i}", "tenant": "language", "tasks": tasks, "gpus_per_task": 8,
                      "rail_aligned": True, "topology": {"scope": "su", "mode": "preferred"},
@@ -56,6 +58,78 @@ def _wave(now: float) -> list[dict[str, Any]]:
         jobs.append({"name": f"batch-{i}", "tenant": ("vision", "language")[i % 2], "tasks": 1, "gpus_per_task": 2,
                      "estimated_runtime_s": 5.0, "deadline_s": now + 600.0, "command": _task(4, "batch")})  # fmt: skip
     return jobs
+
+
+# The inference pool: a quarter of the second SU's hosts by day, an eighth by night (its first hosts in fabric
+# order, which are the ones with agents), lent to training when idle. Shown on the pools page.
+CALENDAR = """timezone = "UTC"
+default_pool = "default"
+
+[[pool]]
+name = "inference"
+sus = [2]
+share = 0.25
+share_outside = 0.125
+windows = [{ days = "mon-sun", start = "08:00", end = "20:00" }]
+"""
+STATUS_EVERY_S = 4.0  # not uvicorn's keep-alive (5 s): a poll on a connection the server is closing is reset
+
+
+def _quotas(gpus: int) -> list[tuple[str, dict[str, Any]]]:
+    """Half the GPUs each for the two tenants, borrowing from each other (one cohort); vision's services
+    their own quota in the inference pool."""
+    half = max(1, gpus // 2)
+    return [
+        ("vision", {"pool": "default", "nominal_gpus": half, "cohort": "demo"}),
+        ("language", {"pool": "default", "nominal_gpus": half, "cohort": "demo"}),
+        ("vision", {"pool": "inference", "nominal_gpus": max(1, gpus // 8), "cohort": "demo"}),
+    ]
+
+
+def _try(call: Callable[[], httpx.Response], what: str) -> httpx.Response | None:
+    """``call`` with one retry after a transport error (a reset connection, a timeout); None, said once on
+    stderr, if it fails again or the server answers 5xx. The demo goes on: a status line or a submit is not
+    worth stopping the whole cluster for."""
+    for attempt in (1, 2):
+        try:
+            r = call()
+        except httpx.TransportError as e:
+            if attempt == 2:
+                typer.echo(f"  ({what}: {type(e).__name__}; carrying on)", err=True)
+                return None
+            continue
+        if r.status_code >= 500:
+            typer.echo(f"  ({what}: HTTP {r.status_code}; carrying on)", err=True)
+            return None
+        return r
+    return None
+
+
+def _submit(http: httpx.Client, body: dict[str, Any], key: str) -> bool:
+    """Submit one job; the idempotency key makes a retried submit stored once. Whether it was stored."""
+    r = _try(lambda: http.post("/v1/jobs", json=body, headers={"Idempotency-Key": key}), "submit")
+    return r is not None and r.status_code == 201
+
+
+def _cli() -> str:
+    """How to call ``gpupool`` from a shell: the name if it is on PATH, else this environment's script (or
+    this interpreter with ``-m``), so the printed line works when pasted."""
+    script = Path(sys.executable).with_name("gpupool")
+    found = shutil.which("gpupool")
+    if found is not None and script.exists() and Path(found).resolve() == script.resolve():
+        return "gpupool"
+    return str(script) if script.exists() else f"{sys.executable} -m gpupool"
+
+
+def _check(hosts: int, most: int, duration: float, interval: float, wave_s: float) -> None:
+    if not 1 <= hosts <= most:
+        raise InputError(f"between 1 and {most}, not {hosts}", source="--hosts")
+    if not (math.isfinite(duration) and 0 <= duration <= 30 * 86_400):
+        raise InputError(f"seconds from 0 (until Ctrl-C) to 30 days, not {duration:g}", source="--duration")
+    if not (math.isfinite(interval) and 0.1 <= interval <= 60):
+        raise InputError(f"heartbeat seconds from 0.1 to 60, not {interval:g}", source="--interval")
+    if not (math.isfinite(wave_s) and 1 <= wave_s <= 86_400):
+        raise InputError(f"seconds between rounds of jobs from 1 to 86,400, not {wave_s:g}", source="--wave")
 
 
 def _free_port() -> int:
@@ -79,8 +153,7 @@ def demo(
     fabric = superpod(2)
     su = fabric.domain_ids(Domain.SU)
     per_su = [[h.name for i, h in enumerate(fabric.hosts) if su[i] == s] for s in (0, 1)]
-    if not 1 <= hosts <= len(per_su[0]) + len(per_su[1]):
-        raise InputError(f"between 1 and {len(fabric.hosts)}, not {hosts}", source="--hosts")
+    _check(hosts, len(per_su[0]) + len(per_su[1]), duration, interval, wave_s)
     chosen = per_su[0][: (hosts + 1) // 2] + per_su[1][: hosts // 2]
     root = workdir or Path(tempfile.mkdtemp(prefix="gpupool-demo-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -124,6 +197,9 @@ def demo(
         http.put("/v1/fabric", content=fabric_path.read_text(), headers={"Content-Type": "application/json"})
         for tenant in ("vision", "language"):
             http.post("/v1/tenants", json={"name": tenant})
+        for tenant, quota in _quotas(8 * len(chosen)):
+            http.put(f"/v1/tenants/{tenant}/quotas", json=quota)
+        http.put("/v1/pools/default", json={"calendar_toml": CALENDAR})
         join = http.post("/v1/join-tokens", json={}).json()["token"]
         token = http.post("/v1/tokens", json={"tenant": "vision"}).json()["token"]
         for h in chosen:
@@ -140,30 +216,31 @@ def demo(
         typer.echo(f"gpupool demo: {len(chosen)} emulated DGX H100 hosts ({8 * len(chosen)} GPUs) of a 2-SU SuperPOD")
         typer.echo(f"  API        {url}/docs   (admin token {admin})")
         typer.echo(f"  dashboard  {url}/")
-        typer.echo(f"  jobs       GPUPOOL_SERVER={url} GPUPOOL_TOKEN={token} gpupool jobs")
+        typer.echo(f"  jobs       GPUPOOL_SERVER={url} GPUPOOL_TOKEN={token} {_cli()} jobs")
         typer.echo(f"  state      {root}   (server.log, agents/<host>.log, agents/<host>/workloads/*/stdout.log)")
         typer.echo("  Ctrl-C stops everything." if duration <= 0 else f"  running for {duration:g} s")
         start = time.monotonic()
         next_wave = start
-        next_status = start + 5
+        next_status = start + STATUS_EVERY_S
+        rounds = 0
         while duration <= 0 or time.monotonic() - start < duration:
             now = time.monotonic()
             if now >= next_wave:
-                for body in _wave(time.time()):
-                    r = http.post("/v1/jobs", json=body)
-                    submitted += r.status_code == 201
+                rounds += 1
+                for i, body in enumerate(_wave(time.time())):
+                    submitted += _submit(http, body, f"demo-{rounds}-{i}")
                 next_wave = now + wave_s
             if now >= next_status:
-                typer.echo("  " + _counts(http))
-                next_status = now + 5
+                line = _counts(http)
+                if line:
+                    typer.echo("  " + line)
+                next_status = now + STATUS_EVERY_S
             time.sleep(0.2)
     except _Stop:
         typer.echo("stopping")
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
-        summary = ""
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            summary = _counts(http)
+        summary = _counts(http) or "jobs: unknown"
         _cleanup(procs, root)
         shutil.rmtree(work, ignore_errors=True)
         http.close()
@@ -172,7 +249,14 @@ def demo(
 
 
 def _counts(http: httpx.Client) -> str:
-    jobs = http.get("/v1/jobs", params={"limit": 1000}).json()["jobs"]
+    """The jobs by state, or "" when the server does not answer (the demo carries on)."""
+    r = _try(lambda: http.get("/v1/jobs", params={"limit": 1000}), "status")
+    if r is None:
+        return ""
+    try:
+        jobs = r.json()["jobs"]
+    except (ValueError, KeyError):
+        return ""
     counts: dict[str, int] = {}
     for j in jobs:
         counts[j["state"]] = counts.get(j["state"], 0) + 1

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpupool.cli.paths import output_file
 from gpupool.domain.errors import InputError
 from gpupool.fabric import Fabric, Tier, generators, jsonio
 from gpupool.fabric.diff import diff_fabrics
@@ -34,7 +35,13 @@ app.add_typer(import_app, name="import")
 app.add_typer(generate_app, name="generate")
 app.add_typer(export_app, name="export")
 
-Output = Annotated[Path, typer.Option("-o", "--output", help="Where to write the fabric JSON.")]
+Output = Annotated[
+    Path,
+    typer.Option("-o", "--output", help="Where to write the fabric JSON.", callback=lambda p: output_file(p, "-o")),
+]
+# The largest generators' arguments within generators.MAX_HOSTS (31 hosts in one SU, k^3/4 in a fat-tree).
+MAX_SUS = (generators.MAX_HOSTS + 1) // generators.SUPERPOD_NODES_PER_SU
+MAX_K = 50
 SERVERS = {"dgx-h100": generators.DGX_H100, "pcie-l40s": generators.ServerSpec.pcie()}
 ServerOpt = Annotated[str, typer.Option("--server", help=f"Server model: {', '.join(SERVERS)}.")]
 
@@ -171,7 +178,7 @@ def import_labels(
 @generate_app.command("superpod")
 def generate_superpod(
     output: Output,
-    sus: Annotated[int, typer.Option("--sus", min=1, help="Scalable units (32 node slots each).")] = 4,
+    sus: Annotated[int, typer.Option("--sus", min=1, max=MAX_SUS, help="Scalable units (32 node slots each).")] = 4,
     server: ServerOpt = "dgx-h100",
 ) -> None:
     """NVIDIA DGX H100 SuperPOD, rail-optimised scalable units."""
@@ -181,8 +188,8 @@ def generate_superpod(
 @generate_app.command("fat-tree")
 def generate_fat_tree(
     output: Output,
-    k: Annotated[int, typer.Option("--k", min=2, help="Switch radix (even).")] = 4,
-    gpus_per_host: Annotated[int, typer.Option("--gpus-per-host", min=0)] = 8,
+    k: Annotated[int, typer.Option("--k", min=2, max=MAX_K, help="Switch radix (even).")] = 4,
+    gpus_per_host: Annotated[int, typer.Option("--gpus-per-host", min=0, max=generators.MAX_GPUS_PER_HOST)] = 8,
     server: ServerOpt = "dgx-h100",
 ) -> None:
     """3-tier k-ary fat-tree."""
@@ -192,11 +199,11 @@ def generate_fat_tree(
 @generate_app.command("leaf-spine")
 def generate_leaf_spine(
     output: Output,
-    leaves: Annotated[int, typer.Option("--leaves", min=1)],
-    spines: Annotated[int, typer.Option("--spines", min=1)],
-    hosts_per_leaf: Annotated[int, typer.Option("--hosts-per-leaf", min=1)],
-    gpus_per_host: Annotated[int, typer.Option("--gpus-per-host", min=0)] = 8,
-    oversubscription: Annotated[float, typer.Option("--oversubscription", min=0.01)] = 1.0,
+    leaves: Annotated[int, typer.Option("--leaves", min=1, max=generators.MAX_HOSTS)],
+    spines: Annotated[int, typer.Option("--spines", min=1, max=generators.MAX_HOSTS)],
+    hosts_per_leaf: Annotated[int, typer.Option("--hosts-per-leaf", min=1, max=generators.MAX_HOSTS)],
+    gpus_per_host: Annotated[int, typer.Option("--gpus-per-host", min=0, max=generators.MAX_GPUS_PER_HOST)] = 8,
+    oversubscription: Annotated[float, typer.Option("--oversubscription", min=0.01, max=1000.0)] = 1.0,
     server: ServerOpt = "dgx-h100",
 ) -> None:
     """2-tier leaf/spine with a given oversubscription."""
@@ -216,12 +223,21 @@ def merge(
             help="Directory of <host>/ directories: nvidia-smi.xml|.txt, topo.txt, ibstat.txt, infiniband/.",
         ),
     ] = None,
-    gpus_per_host: Annotated[int, typer.Option("--gpus-per-host", min=0, help="GPUs of hosts without inventory.")] = 0,
+    gpus_per_host: Annotated[
+        int,
+        typer.Option(
+            "--gpus-per-host", min=0, max=generators.MAX_GPUS_PER_HOST, help="GPUs of hosts without inventory."
+        ),
+    ] = 0,
     gpu_model: Annotated[
         str, typer.Option("--gpu-model", help=f"With --gpus-per-host: {', '.join(KNOWN_GPUS)}, ...")
     ] = "",
-    gpu_memory_mib: Annotated[int | None, typer.Option("--gpu-memory-mib", min=1, help="For other models.")] = None,
-    nvlink_gbps: Annotated[float | None, typer.Option("--nvlink-gbps", min=0, help="Per-GPU NVLink Gb/s.")] = None,
+    gpu_memory_mib: Annotated[
+        int | None, typer.Option("--gpu-memory-mib", min=1, max=10_000_000, help="For other models.")
+    ] = None,
+    nvlink_gbps: Annotated[
+        float | None, typer.Option("--nvlink-gbps", min=0, max=1e6, help="Per-GPU NVLink Gb/s.")
+    ] = None,
 ) -> None:
     """Add GPUs to a fabric: per-host inventories, and/or one server model for every other host."""
     if inventory is None and not gpus_per_host:
@@ -386,14 +402,18 @@ def export_json(file: Annotated[Path, typer.Argument(help="Fabric JSON.")]) -> N
     typer.echo(json.dumps(jsonio.to_dict(jsonio.load(file)), indent=1))
 
 
+def _picture(output: Path) -> Path:
+    if output.suffix.lower() not in (".svg", ".png"):
+        raise InputError("the picture must end in .svg or .png", source="-o")
+    return output_file(output, "-o")
+
+
 @app.command("draw")
 def draw(
     file: Annotated[Path, typer.Argument(help="Fabric JSON.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="fabric.svg or fabric.png")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="fabric.svg or fabric.png", callback=_picture)],
 ) -> None:
     """Draw the fabric: tiers, switches, hosts, links coloured by rail."""
-    if output.suffix.lower() not in (".svg", ".png"):
-        raise typer.BadParameter("the picture must end in .svg or .png", param_hint="-o")
     # matplotlib costs ~0.5 s to import: only the command that draws pays for it, not every `gpupool` call
     from gpupool.fabric.export.draw import draw as draw_fabric  # noqa: PLC0415
 

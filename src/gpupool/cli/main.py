@@ -128,4 +128,5 @@ def build(argv: Sequence[str]) -> typer.Typer:
 def main() -> None:
     argv = sys.argv[1:]
     entry = COMMANDS.get(command_name(argv) or "")
-    sys.exit(run_guarded(lambda: build(argv)(args=argv, prog_name="gpupool"), entry.extra if entry else ""))
+    app = lambda: build(argv)(args=argv, prog_name="gpupool", standalone_mode=False)  # noqa: E731
+    sys.exit(run_guarded(app, entry.extra if entry else ""))

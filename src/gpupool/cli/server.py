@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 import uvicorn
 
-from gpupool.domain.errors import InputError
+from gpupool.domain.errors import InputError, StoreUnavailableError
 from gpupool.server.app import create_app
 from gpupool.server.logs import log_config
 from gpupool.server.settings import Settings, load_settings, print_config
@@ -33,7 +33,7 @@ def _check_tls(settings: Settings) -> None:
 def server(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML settings file")] = None,
     host: Annotated[str | None, typer.Option(help="listen address (GPUPOOL_HOST)")] = None,
-    port: Annotated[int | None, typer.Option(help="listen port (GPUPOOL_PORT)")] = None,
+    port: Annotated[int | None, typer.Option(min=0, max=65535, help="listen port (GPUPOOL_PORT)")] = None,
     database_url: Annotated[str | None, typer.Option(help="database URL (GPUPOOL_DATABASE_URL)")] = None,
     print_config_: Annotated[
         bool,
@@ -63,8 +63,12 @@ def server(
     faulthandler.enable()
     # A bounded graceful shutdown: agents' commands long-polls stay open up to command_wait_s, and uvicorn would
     # otherwise wait for every one of them; cut off, an agent reconnects (to this server restarted, or a standby).
+    try:
+        app = create_app(settings)
+    except StoreUnavailableError as e:  # the first contact with the database: name the setting to fix
+        raise InputError(e.message, source="database_url") from None
     uvicorn.run(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,

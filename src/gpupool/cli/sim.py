@@ -13,8 +13,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from gpupool.cli.paths import output_folder
 from gpupool.domain.calendar import Calendar, parse_calendar
 from gpupool.domain.errors import InputError
+from gpupool.fabric.generators import MAX_GPUS_PER_HOST
 from gpupool.scheduler import PLACERS, POLICIES, BackfillMode
 from gpupool.scheduler.settings import SchedulerSettings, problems, sharing_policy
 from gpupool.server.settings import load_settings, plain
@@ -34,13 +36,15 @@ _err = Console(stderr=True, highlight=False, soft_wrap=True)
 TraceOpt = Annotated[Path, typer.Option("--trace", help="Trace file.")]
 FormatOpt = Annotated[str, typer.Option("--format", help=f"Trace format: {'|'.join(FORMATS)}.")]
 FabricOpt = Annotated[Path | None, typer.Option("--fabric", help="Fabric JSON (gpupool fabric generate/import).")]
-GpusOpt = Annotated[int | None, typer.Option("--gpus", help="Build a leaf/spine cluster of N GPUs instead.")]
-PerHostOpt = Annotated[int, typer.Option("--gpus-per-host", help="GPUs per host with --gpus.")]
+GpusOpt = Annotated[int | None, typer.Option("--gpus", min=1, help="Build a leaf/spine cluster of N GPUs instead.")]
+PerHostOpt = Annotated[
+    int, typer.Option("--gpus-per-host", min=1, max=MAX_GPUS_PER_HOST, help="GPUs per host with --gpus.")
+]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every random draw.")]
 RunSeedOpt = Annotated[
     int | None, typer.Option("--seed", help="Seed of every random draw (default: the settings' seed).")
 ]
-OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
+OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.", callback=lambda p: output_folder(p, "--out"))]
 SkipOpt = Annotated[bool, typer.Option("--skip-bad-rows", help="Count and report bad rows instead of stopping.")]
 ConfigOpt = Annotated[
     Path | None,
@@ -61,7 +65,7 @@ PreemptOpt = Annotated[
     ),
 ]
 KnowOpt = Annotated[bool, typer.Option("--know-durations", help="Give the scheduler the trace durations.")]
-LimitOpt = Annotated[int | None, typer.Option("--limit", help="Read only the first N good rows.")]
+LimitOpt = Annotated[int | None, typer.Option("--limit", min=1, help="Read only the first N good rows.")]
 BackfillOpt = Annotated[str | None, typer.Option("--backfill", help="Backfill: none|easy|conservative.")]
 CalendarOpt = Annotated[Path | None, typer.Option("--calendar", help="Pool calendar TOML (pools lend idle hosts).")]
 FailuresOpt = Annotated[
@@ -78,7 +82,12 @@ ByServiceOpt = Annotated[
 ]
 MaxLostOpt = Annotated[
     float | None,
-    typer.Option("--max-lost-s", help="With --preemption-by-service: spare jobs with more work since a checkpoint."),
+    typer.Option(
+        "--max-lost-s",
+        min=0.0,
+        max=1e9,
+        help="With --preemption-by-service: spare jobs with more work since a checkpoint.",
+    ),
 ]
 ThresholdsOpt = Annotated[
     str | None,
@@ -131,14 +140,17 @@ def _settings(config: Path | None, flags: dict[str, Any]) -> SchedulerSettings:
     return settings
 
 
-def _calendar(calendar: Path | None) -> Calendar | None:
-    if calendar is None:
-        return None
+def _read(path: Path, what: str) -> str:
     try:
-        text = calendar.read_text()
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"the {what} is not UTF-8 text (byte {e.start})", source=str(path)) from None
     except OSError as e:
-        raise InputError(f"cannot read the calendar: {e.strerror}", source=str(calendar)) from None
-    return parse_calendar(text, str(calendar))
+        raise InputError(f"cannot read the {what}: {e.strerror}", source=str(path)) from None
+
+
+def _calendar(calendar: Path | None) -> Calendar | None:
+    return None if calendar is None else parse_calendar(_read(calendar, "calendar"), str(calendar))
 
 
 def _thresholds(text: str) -> tuple[float, ...]:
@@ -162,11 +174,7 @@ def _check_names(policies: list[str], placements: list[str]) -> None:
 def _failures(path: Path | None, fabric: Any) -> tuple[FailureEvent, ...]:
     if path is None:
         return ()
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise InputError(f"cannot read the failure trace: {e.strerror}", source=str(path)) from None
-    return parse_failures(text, str(path), fabric)
+    return parse_failures(_read(path, "failure trace"), str(path), fabric)
 
 
 def _simulate(
@@ -339,7 +347,14 @@ def pack_cmd(
     seed: SeedOpt = 42,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     skip_bad_rows: SkipOpt = False,
-    out: Annotated[Path | None, typer.Option("--out", help="Also write pack.json and allocation.png here.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Also write pack.json and allocation.png here.",
+            callback=lambda p: None if p is None else output_folder(p, "--out"),
+        ),
+    ] = None,
 ) -> None:
     """The FGD packing protocol: resample to tune x capacity, shuffle, place one by one, no departures."""
     _check_names([], [placement])

@@ -69,6 +69,8 @@ def read_job_file(path: str | Path) -> api.JobSubmit:
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ParseError(f"the job file is not UTF-8 text (byte {e.start})", source=source) from None
     except OSError as e:
         raise ParseError(f"cannot read the job file: {e.strerror}", source=source) from None
     try:

@@ -38,6 +38,21 @@ SUPERPOD_NODES_PER_SU = 32
 SUPERPOD_SPINES = {1: 4, 2: 8, 3: 16, 4: 16}  # NVIDIA DGX SuperPOD (H100) RA, compute fabric component table
 
 
+# What a generated fabric may hold: a bound on what a request can make this process build (a fabric of
+# 100,000 SUs would take hours and gigabytes, silently). 32,768 hosts (a quarter of a million GPUs) is larger
+# than any cluster built so far and takes about 30 s; 64 GPUs per host is more than any server carries.
+MAX_HOSTS = 32_768
+MAX_GPUS_PER_HOST = 64
+
+
+def check_size(hosts: int, gpus_per_host: int, what: str) -> None:
+    """Refuse a fabric past ``MAX_HOSTS`` hosts or ``MAX_GPUS_PER_HOST`` GPUs per host, before building it."""
+    if hosts > MAX_HOSTS:
+        raise FabricError(f"{what} would have {hosts:,} hosts; a generated fabric has at most {MAX_HOSTS:,}")
+    if not 0 <= gpus_per_host <= MAX_GPUS_PER_HOST:
+        raise FabricError(f"{what}: {gpus_per_host} GPUs per host; a server has 0 to {MAX_GPUS_PER_HOST}")
+
+
 def _single_homed(spec: ServerSpec | None, gpus: int) -> ServerSpec:
     """The server of a single-homed fabric: the given model (a DGX H100 by default) with one HCA."""
     return replace(spec or DGX_H100, gpus=gpus, hcas=1)
@@ -126,6 +141,7 @@ def superpod(sus: int, spec: ServerSpec = DGX_H100, *, name: str | None = None) 
     """
     if sus < 1:
         raise FabricError("a SuperPOD has at least one scalable unit")
+    check_size(sus * SUPERPOD_NODES_PER_SU - 1, spec.gpus, f"a SuperPOD of {sus:,} scalable units")
     rails = spec.hcas
     b = _Builder("su")
     groups = [list(range(g, min(g + 4, sus))) for g in range(0, sus, 4)]
@@ -173,6 +189,9 @@ def leaf_spine(
     spread round-robin over the spines (parallel links where there are more uplinks than spines)."""
     if leaves < 1 or spines < 1 or hosts_per_leaf < 1 or oversubscription <= 0:
         raise FabricError("leaves, spines and hosts per leaf must be >= 1 and oversubscription > 0")
+    check_size(leaves * hosts_per_leaf, gpus_per_host, f"a leaf/spine of {leaves:,} x {hosts_per_leaf:,} hosts")
+    if spines > MAX_HOSTS:
+        raise FabricError(f"{spines:,} spines; a generated fabric has at most {MAX_HOSTS:,}")
     spec = _single_homed(spec, gpus_per_host)
     b = _Builder("ls")
     spine_ids = [b.switch(f"spine-{s + 1:02d}", ports=max(64, leaves * 2)) for s in range(spines)]
@@ -193,6 +212,7 @@ def fat_tree(k: int, gpus_per_host: int = 8, spec: ServerSpec | None = None, *, 
     """A 3-tier k-ary fat-tree: k pods of k/2 edge and k/2 aggregation switches, (k/2)^2 cores, k^3/4 hosts."""
     if k < 2 or k % 2:
         raise FabricError(f"a k-ary fat-tree needs an even k >= 2, got {k}")
+    check_size(k**3 // 4, gpus_per_host, f"a k={k} fat-tree")
     spec = _single_homed(spec, gpus_per_host)
     half = k // 2
     b = _Builder("ft")
@@ -231,6 +251,7 @@ def rail_optimised(
     """
     if min(sus, hosts_per_su, rails, spines) < 1:
         raise FabricError("scalable units, hosts per SU, rails and spines must all be >= 1")
+    check_size(sus * hosts_per_su, (spec or DGX_H100).gpus, f"a rail-optimised fabric of {sus} x {hosts_per_su} hosts")
     server = replace(spec or DGX_H100, hcas=rails)
     b = _Builder("ro")
     ports = max(2 * hosts_per_su, spines)

@@ -63,7 +63,10 @@ def _penalties(snapshot: ClusterSnapshot, w: TelemetryWeights) -> Penalties:
         + w.down_leaf * (snapshot.switch_link_state == LINK_DOWN)
     )
     hl = ix.host_leaves
-    leaf_term = np.where(hl >= 0, leaf[np.maximum(hl, 0)], 0.0).max(axis=1) if hl.size else np.zeros(ix.n_hosts)
+    # A fabric without switches (one host's HCA cabled to nothing) has hosts but no leaf to look up.
+    leaf_term = (
+        np.where(hl >= 0, leaf[np.maximum(hl, 0)], 0.0).max(axis=1) if hl.size and leaf.size else np.zeros(ix.n_hosts)
+    )
     host = gpu.max(axis=1, initial=0.0) + leaf_term
     band = (host >= w.avoid_threshold).astype(np.int64)
     doms: list[FloatArray] = []

@@ -172,6 +172,8 @@ def _read_file(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, ...], 
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ParseError(f"settings are not UTF-8 text (byte {e.start})", source=source) from None
     except OSError as e:
         raise ParseError(f"cannot read settings: {e.strerror}", source=source) from None
     try:
@@ -220,6 +222,8 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
         raise where(("stop_grace_s",), f"setting 'stop_grace_s': {settings.stop_grace_s!r} is negative")
     for setting, problem in _lease_problems(settings):
         raise where((setting,), f"setting {setting!r}: {problem}")
+    if not 0 <= settings.port <= 65535:
+        raise where(("port",), f"setting 'port': {settings.port} is not a TCP port (0 to 65535)")
     for name, problem in problems(settings.scheduler):
         raise where(("scheduler", name), f"setting 'scheduler.{name}': {problem}")
     return settings

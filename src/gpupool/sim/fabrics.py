@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from gpupool.domain.errors import InputError
 from gpupool.fabric.fabric import Fabric
-from gpupool.fabric.generators import DGX_H100, ServerSpec, leaf_spine
+from gpupool.fabric.generators import DGX_H100, MAX_GPUS_PER_HOST, MAX_HOSTS, ServerSpec, leaf_spine
 from gpupool.fabric.model import Gpu, Hca, Host, Link, Port, Switch
 from gpupool.sim.traces.records import TraceNode
 
@@ -37,6 +37,12 @@ def uniform_fabric(gpus: int, gpus_per_host: int) -> Fabric:
     if gpus < 1 or gpus_per_host < 1:
         raise InputError(f"--gpus and --gpus-per-host must be >= 1, got {gpus} and {gpus_per_host}", source="cluster")
     hosts = math.ceil(gpus / gpus_per_host)
+    if hosts > MAX_HOSTS or gpus_per_host > MAX_GPUS_PER_HOST:
+        raise InputError(
+            f"{gpus:,} GPUs in hosts of {gpus_per_host} is past what a simulated cluster holds "
+            f"({MAX_HOSTS:,} hosts of at most {MAX_GPUS_PER_HOST} GPUs)",
+            source="--gpus" if hosts > MAX_HOSTS else "--gpus-per-host",
+        )
     leaves = math.ceil(hosts / HOSTS_PER_LEAF)
     per_leaf = math.ceil(hosts / leaves)
     spec = ServerSpec(

@@ -86,7 +86,8 @@ def make_engine(url: str, *, busy_timeout_ms: int = 10_000) -> Engine:
         return engine
     if backend == "postgresql":
         return create_engine(postgres_url(parsed), pool_size=10, max_overflow=20)
-    raise InputError(f"unsupported database {backend!r}: use sqlite:///PATH or postgresql+psycopg://...", source=url)
+    shown = parsed.render_as_string(hide_password=True)
+    raise InputError(f"unsupported database {backend!r}: use sqlite:///PATH or postgresql+psycopg://...", source=shown)
 
 
 def postgres_url(parsed: URL) -> URL:
@@ -268,19 +269,25 @@ def migrate(engine: Engine, revision: str = "head") -> tuple[str | None, str | N
     migrated ``alembic_version``); the schema is the migrations' target, so replicas share it whatever their
     URLs say. SQLite: ``BEGIN IMMEDIATE`` (the file's one write lock, waited for through the busy timeout); a
     deferred transaction would fail at once with ``database is locked`` when a second starter tries to write.
+    A database that cannot be reached or written (the server's first contact with it) is a
+    ``StoreUnavailableError`` with its reason, not a driver traceback.
     """
-    with engine.connect() as conn:
-        conn.execution_options(**{_WRITE: True})
-        with conn.begin():
-            if is_postgres(engine):
-                conn.execute(
-                    text("SELECT pg_advisory_xact_lock(:k, hashtext(current_schema()))"), {"k": _MIGRATION_LOCK}
-                )
-            before = MigrationContext.configure(conn).get_current_revision()
-            cfg = alembic_config()
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, revision)
-            after = MigrationContext.configure(conn).get_current_revision()
+    try:
+        with engine.connect() as conn:
+            conn.execution_options(**{_WRITE: True})
+            with conn.begin():
+                if is_postgres(engine):
+                    conn.execute(
+                        text("SELECT pg_advisory_xact_lock(:k, hashtext(current_schema()))"), {"k": _MIGRATION_LOCK}
+                    )
+                before = MigrationContext.configure(conn).get_current_revision()
+                cfg = alembic_config()
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+                after = MigrationContext.configure(conn).get_current_revision()
+    except (sa_exc.DBAPIError, engine.dialect.loaded_dbapi.Error) as e:
+        _raise_fault(engine, e)
+        raise
     return before, after
 
 

@@ -14,6 +14,9 @@ from enum import StrEnum
 from gpupool.domain.errors import JobSpecError
 
 MILLI_PER_GPU = 1000
+# More GPUs (or tasks) than any cluster the simulator can build (fabric.generators: 32,768 hosts of at most 64
+# GPUs): a row that asks for more is a broken row (1e20 parsed as a count), not a job that waits forever.
+MAX_JOB_GPUS = 32_768 * 64
 JOB_KINDS = frozenset({"training", "inference", "batch"})
 
 
@@ -91,6 +94,10 @@ class TraceJob:
             return f"duration {self.duration_s} s is negative or not finite"
         if self.gpus < 0:
             return f"negative GPU count {self.gpus}"
+        if self.gpus > MAX_JOB_GPUS or self.tasks > MAX_JOB_GPUS:
+            return (
+                f"{self.gpus:g} GPUs in {self.tasks:g} tasks is more than any cluster holds (at most {MAX_JOB_GPUS:,})"
+            )
         if self.tasks < 1:
             return f"{self.tasks} tasks (needs at least 1)"
         if self.gpus != self.gpus_per_task * self.tasks:
