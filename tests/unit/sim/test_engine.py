@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -156,3 +158,24 @@ def test_multi_host_jobs_that_fit_a_leaf_can_be_made_to_require_one() -> None:
     assert scopes == {"a": Scope.LEAF, "b": Scope.ANY, "c": Scope.ANY}
     res = simulate(trace, fab, SchedulerSettings(policy="fifo", placer="topology"), leaf_mode=TopologyMode.REQUIRED)
     assert {r.job_id: r.leaves for r in res.result.records}["a"] == 1
+
+
+@pytest.mark.parametrize(
+    "dump",
+    sorted(
+        p.name
+        for p in (Path(__file__).parents[2] / "data" / "ibnetdiscover").glob("*.txt")
+        if not p.name.endswith(".source.txt")
+    ),
+)
+def test_every_imported_fabric_with_gpus_simulates(dump: str) -> None:
+    """An ibnetdiscover import, given GPUs by ``fabric merge``, runs a trace: a switchless one (a lone HCA, the
+    GB200 edge case) crashed the telemetry penalties with an IndexError; every job that fits finishes."""
+    from gpupool.fabric.merge import GpuDefaults, merge_gpus
+    from gpupool.fabric.parsers.ibnetdiscover import read_ibnetdiscover
+
+    path = Path(__file__).parents[2] / "data" / "ibnetdiscover" / dump
+    fabric = merge_gpus(read_ibnetdiscover(path).fabric, (), GpuDefaults.of(8, "H100", None, None)).fabric
+    trace = Trace("t", "test", tuple(TraceJob(f"j{i}", float(i * 60), 600.0, [1, 2, 4, 8][i % 4]) for i in range(12)))
+    out = simulate(trace, fabric, SchedulerSettings(policy="fifo", placer="topology"))
+    assert out.metrics["finished"] == out.metrics["jobs"] == 12
