@@ -59,6 +59,9 @@ from gpupool.store.server_ops import ServerOps
 log = logging.getLogger("gpupool.server.loop")
 ACTOR = "scheduler"
 _MAX_FRESH = 100_000
+# Placements per write transaction: one per cycle's worth would hold SQLite's one write lock (and the submits
+# waiting for it) for as long as a thousand placements take; 128 keep each transaction to milliseconds.
+_PLACE_BATCH = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,7 @@ class SchedulingLoop(StoreSync):
         # sync folds them in without reading each spec back (a hint: a job missing here is read as before).
         self._fresh_lock = threading.Lock()
         self._fresh: dict[str, JobRecord] = {}
+        self._placing: list[Allocation] = []  # this cycle's placements, assumed and not yet stored
         self.cycles = 0
 
     # -- thread ------------------------------------------------------------------------------------------------
@@ -222,13 +226,13 @@ class SchedulingLoop(StoreSync):
         self._leader_since = None
 
     def _cycle(self, started: float) -> CycleReport:
-        self._mark_lost_nodes()
+        nodes = self._mark_lost_nodes()  # the cycle's one read of the nodes (up to 3 ORM reads of them cost more)
         fabric, key = self._fabrics.current()
         rebuilt = False
         if fabric is None:
             self._state = None
             return CycleReport(0, 0, 0, False, time.perf_counter() - started)
-        if self._state is None or self._dirty or key != self._key or not self._sync():
+        if self._state is None or self._dirty or key != self._key or not self._sync(nodes):
             self._rebuild(key)  # re-applies the latest telemetry and drops what was pending (``restart``)
             rebuilt = True
         state = self._state
@@ -240,12 +244,14 @@ class SchedulingLoop(StoreSync):
         self._requeue_bad(state, now)
         snap = state.snapshot()
         pending = tuple(j for j in snap.pending if self._db_state.get(j.job_id) is JobState.PENDING)
+        self._placing = []
         run = self._driver.run_cycle(snap, pending, self._sharing.policy(), _StoreActuator(self, state), now)
+        placed = self._store_placements()
         self._view = run.request
         seconds = time.perf_counter() - started
-        self._observe(state, seconds, run.placed, run.preempted)
+        self._observe(state, seconds, placed, run.preempted, nodes)
         self.cycles += 1
-        return CycleReport(run.placed, run.preempted, len(run.result.waiting), rebuilt, seconds)
+        return CycleReport(placed, run.preempted, len(run.result.waiting), rebuilt, seconds)
 
     @property
     def sharing(self) -> SharingPolicy | None:
@@ -272,6 +278,8 @@ class SchedulingLoop(StoreSync):
         return admit(view.snapshot, job, ahead, self._clock(), view.sharing, view.inputs)
 
     def _place(self, state: ClusterState, alloc: Allocation, now: float) -> bool:
+        """Assume a placement: the state takes it at once (the cycle's next decisions see it); it is stored with
+        the cycle's other placements in one transaction once ``schedule()`` is done (``_store_placements``)."""
         job_id = alloc.job_id
         try:
             state.apply(JobPlaced(alloc, now))  # assume
@@ -279,19 +287,47 @@ class SchedulingLoop(StoreSync):
             log.warning("placement of %s refused by the cluster state: %s", job_id, e)
             self._dirty = True
             return False
+        if job_id not in self._versions:
+            log.warning("placement of %s not stored (no stored version): rebuilding from the store", job_id)
+            self._dirty = True
+            return False
+        self._placing.append(alloc)
+        return True
+
+    def _store_placements(self) -> int:
+        """Persist the cycle's assumed placements, ``_PLACE_BATCH`` per write (one lease check, one commit: a
+        cycle placing 150 jobs made 150 transactions, and the loop fell behind 150 submits/s). A refused
+        placement, or a failed write, makes the next cycle rebuild from the store, which rolls the assumption
+        back; agents are told only after the commit. How many were stored."""
+        placing, self._placing = self._placing, []
+        placed = 0
+        for at in range(0, len(placing), _PLACE_BATCH):
+            placed += self._store_batch(placing[at : at + _PLACE_BATCH])
+        if placed:
+            self._changed()  # act: the agents' commands are derived from what was just committed
+        return placed
+
+    def _store_batch(self, placing: list[Allocation]) -> int:
+        batch = [(a.job_id, self._versions[a.job_id], a) for a in placing]
         try:
-            rec = self._store.record_allocation(job_id, self._versions[job_id], alloc, ACTOR, fence=self._fence)
-            self._changed()
+            stored = self._store.record_allocations(batch, ACTOR, fence=self._fence)  # persist
         except StaleLeaderError:
             raise
-        except (GpupoolError, KeyError) as e:
-            log.warning("placement of %s not stored (%s): rebuilding from the store", job_id, e)
-            self._dirty = True  # roll the assumption back by rebuilding the state from what is stored
-            return False
-        self._versions[job_id] = rec.version
-        self._db_state[job_id] = JobState.PLACED
-        self._reasons.pop(job_id, None)
-        return True
+        except GpupoolError as e:
+            log.warning("%d placements not stored (%s): rebuilding from the store", len(batch), e)
+            self._dirty = True
+            return 0
+        placed = 0
+        for alloc, rec in zip(placing, stored, strict=True):
+            if isinstance(rec, GpupoolError):
+                log.warning("placement of %s not stored (%s): rebuilding from the store", alloc.job_id, rec)
+                self._dirty = True
+                continue
+            self._versions[alloc.job_id] = rec.version
+            self._db_state[alloc.job_id] = JobState.PLACED
+            self._reasons.pop(alloc.job_id, None)
+            placed += 1
+        return placed
 
     def _preempt(self, state: ClusterState, job_id: str, reason: str, now: float) -> bool:
         try:
@@ -382,7 +418,8 @@ class SchedulingLoop(StoreSync):
             self._preempt(state, job_id, why, now)
 
     # -- node loss ---------------------------------------------------------------------------------------------
-    def _mark_lost_nodes(self) -> None:
+    def _mark_lost_nodes(self) -> list[NodeRecord]:
+        """Nodes silent too long become lost (their jobs requeued); the nodes as stored after that."""
         now = self._clock()
         if self._leader_since is None:
             self._leader_since = now
@@ -391,6 +428,7 @@ class SchedulingLoop(StoreSync):
         if self._seen is not None and any(self._silent(n, now, limit) for n in nodes):
             self._seen.flush(now)  # beats this replica holds in memory first: a beating node is never lost
             nodes = self._store.list_nodes()
+        lost = False
         for n in nodes:
             if not self._silent(n, now, limit):
                 continue
@@ -406,6 +444,8 @@ class SchedulingLoop(StoreSync):
             log.warning("node %s lost: last heartbeat %.1f s ago", n.name, now - (n.last_heartbeat_s or now))
             self.requeue_host(n.name, "its node was lost")
             self._dirty = True
+            lost = True
+        return self._store.list_nodes() if lost else nodes
 
     def _silent(self, n: NodeRecord, now: float, limit: float) -> bool:
         if n.state is NodeState.LOST or n.last_heartbeat_s is None:
@@ -431,12 +471,14 @@ class SchedulingLoop(StoreSync):
                     continue
 
     # -- metrics ---------------------------------------------------------------------------------------------
-    def _observe(self, state: ClusterState, seconds: float, placed: int, preempted: int) -> None:
+    def _observe(
+        self, state: ClusterState, seconds: float, placed: int, preempted: int, nodes: Sequence[NodeRecord]
+    ) -> None:
         m = self._metrics
         m.cycle_seconds.observe(seconds)
         m.placements.inc(placed)
         m.preemptions.inc(preempted)
-        node_pool = {n.name: dict(n.labels).get("pool", "default") for n in self._store.list_nodes()}
+        node_pool = {n.name: dict(n.labels).get("pool", "default") for n in nodes}
         m.observe_state(state.snapshot(), node_pool)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gpupool.cluster import ClusterState
 from gpupool.domain.dependencies import TERMINAL
@@ -30,7 +30,7 @@ from gpupool.domain.states import JobState, NodeState
 from gpupool.scheduler.driver import CycleDriver
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.live import HeldFacts, LiveInbox
-from gpupool.store import JobRecord, Store
+from gpupool.store import JobRecord, NodeRecord, Store
 from gpupool.store.server_ops import ServerOps
 
 log = logging.getLogger("gpupool.server.loop")
@@ -99,7 +99,7 @@ class StoreSync:
         self._versions = {j.job_id: j.version for j in loaded.jobs}
         self._dirty = False
 
-    def _sync(self) -> bool:
+    def _sync(self, nodes: Sequence[NodeRecord]) -> bool:
         """Fold changes other writers made into the state; False when only a rebuild can explain them."""
         state = self._state
         assert state is not None
@@ -141,7 +141,7 @@ class StoreSync:
                 self._db_state[job_id] = lj.state
                 self._versions[job_id] = lj.version
             self._sync_releasing(state, now)
-            self._sync_nodes(state, now)
+            self._sync_nodes(state, now, nodes)
         except GpupoolError as e:
             log.info("state sync needs a rebuild: %s", e)
             return False
@@ -168,9 +168,9 @@ class StoreSync:
             driver.finished(spec, state.service_gpu_s(job_id, now))
         state.apply(JobEnded(job_id, final if final in TERMINAL else JobState.CANCELLED, now))
 
-    def _sync_nodes(self, state: ClusterState, now: float) -> None:
+    def _sync_nodes(self, state: ClusterState, now: float, nodes: Sequence[NodeRecord]) -> None:
+        """Fold in the nodes' states, grades and labels as the cycle read them (its one read of the nodes)."""
         fabric = state.index.fabric
-        nodes = self._store.list_nodes()
         self._facts.sync(state, nodes, now)
         for n in nodes:
             if not fabric.has_host(n.name):

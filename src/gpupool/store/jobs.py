@@ -9,8 +9,6 @@ their GPUs (every placement check counts them) until their agent confirms their 
 
 from __future__ import annotations
 
-import json
-from collections import defaultdict
 from collections.abc import Sequence
 
 from sqlalchemy import and_, delete, func, insert, or_, select, update
@@ -18,18 +16,19 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import (
-    AllocationConflictError,
     ConflictError,
+    GpupoolError,
     InputError,
     NotFoundError,
     ParseError,
     StaleVersionError,
 )
-from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec, RetryOn, TaskAllocation
-from gpupool.domain.states import JOB_TRANSITIONS, JobState, NodeState, transition
+from gpupool.domain.jobs import Allocation, JobSpec, RetryOn, TaskAllocation
+from gpupool.domain.states import JOB_TRANSITIONS, JobState, transition
 from gpupool.store.base import StoreBase, loads
-from gpupool.store.codec import allocation_to_dict, spec_from_json, spec_to_json
+from gpupool.store.codec import spec_from_json, spec_to_json
 from gpupool.store.fencing import Fence
+from gpupool.store.placements import Placement, PlacementRows, check_capacity, gpus_held, placeable
 from gpupool.store.records import AttemptRecord, JobRecord
 from gpupool.store.rows import AllocationRow, JobAttemptRow, JobRow, NodeRow, UsageIntervalRow
 
@@ -111,21 +110,6 @@ def allocation_from_rows(job_id: str, rows: Sequence[AllocationRow]) -> Allocati
             )
         )
     return Allocation(job_id=job_id, tasks=tuple(tasks))
-
-
-def _check_shape(job: JobSpec, allocation: Allocation) -> None:
-    """The allocation must be one the job asked for: its task count, GPUs per task, share size."""
-    where = f"allocation of job {job.job_id}"
-    if allocation.job_id != job.job_id:
-        raise InputError(f"allocation names job {allocation.job_id!r}", source=where)
-    if len(allocation.tasks) != job.tasks:
-        raise InputError(f"{len(allocation.tasks)} task allocations for a job of {job.tasks} tasks", source=where)
-    want_milli = job.share.milli_gpu if job.share is not None else MILLI_PER_GPU
-    for i, t in enumerate(allocation.tasks):
-        if len(t.gpus) != job.gpus_per_task or len(set(t.gpus)) != len(t.gpus) or min(t.gpus, default=0) < 0:
-            raise InputError(f"task {i}: GPUs {t.gpus} do not give {job.gpus_per_task} distinct GPUs", source=where)
-        if t.milli_gpu != want_milli:
-            raise InputError(f"task {i}: {t.milli_gpu} milli-GPU given, the job asks for {want_milli}", source=where)
 
 
 class JobsMixin(StoreBase):
@@ -303,106 +287,63 @@ class JobsMixin(StoreBase):
     def record_allocation(
         self, job_id: str, expected_version: int, allocation: Allocation, actor: str, *, fence: Fence | None = None
     ) -> JobRecord:
-        """Place a pending job: store its allocation, open its usage, move it to placed, all in one write.
+        """Place one pending job (``record_allocations`` of one): its error raised, nothing stored."""
+        got = self.record_allocations([(job_id, expected_version, allocation)], actor, fence=fence)[0]
+        if isinstance(got, GpupoolError):
+            raise got
+        return got
 
-        Refused with AllocationConflictError when a GPU it names is already held whole, or when shares on one
-        GPU would pass 1000 milli. The check reads the allocations after locking the node rows involved
-        (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the only write lock), so two
-        concurrent placements on one host are checked one after the other.
+    def record_allocations(
+        self, placements: Sequence[Placement], actor: str, *, fence: Fence | None = None
+    ) -> list[JobRecord | GpupoolError]:
+        """Place pending jobs, each ``(job id, expected version, allocation)``, in ONE write: for each its
+        allocation stored, its usage opened, the job moved to placed and audited; or its refusal, which stores
+        nothing of it and leaves the others alone. A scheduling cycle's placements cost one transaction (and,
+        with ``fence``, one lease check) instead of one each: 150 placements/s on SQLite need it.
+
+        Refusals: the job unknown (NotFoundError), moved on since ``expected version`` (StaleVersionError), not
+        pending (TransitionError), an allocation of another shape than the job asked for (InputError), or a GPU
+        already held whole, or shares on one GPU past 1000 milli, counting the placements before it in the
+        list (AllocationConflictError). The check reads the allocations after locking the node rows involved
+        (``FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already holds the only write lock), so
+        concurrent placements on one host are checked one after the other. The job updates are guarded by
+        version: one that another writer changed meanwhile (PostgreSQL) rolls the whole batch back.
 
         ``fence``: the scheduling loop's lease, checked first; the rows carry its token (``leader_token``).
         """
-        with self._tx(write=True, fence=fence) as s:
-            row, _ = self._guard(s, job_id, expected_version, JobState.PLACED)
-            spec = job_record(row).spec
-            _check_shape(spec, allocation)
-            hosts = sorted(set(allocation.hosts))
-            lock = select(NodeRow).where(NodeRow.name.in_(hosts)).order_by(NodeRow.name)
-            nodes = {n.name: n for n in s.scalars(lock.with_for_update() if self._postgres else lock)}
-            self._check_capacity(s, job_id, allocation, nodes)
+        if not placements:
+            return []
+        with self._core_tx(write=True, fence=fence) as conn:
             now = self._clock()
-            assignment = row.version + 1  # unique per job and increasing: the version this placement creates
-            attempt = (row.attempt or 0) + 1
-            milli_by_model: dict[str, int] = defaultdict(int)
-            for i, t in enumerate(allocation.tasks):
-                s.add(
-                    AllocationRow(
-                        job_id=job_id,
-                        assignment=assignment,
-                        task_index=i,
-                        host=t.host,
-                        gpus=json.dumps(list(t.gpus)),
-                        milli_gpu=t.milli_gpu,
-                        gpu_memory_mib=t.gpu_memory_mib,
-                        cpu_millicores=t.cpu_millicores,
-                        memory_mib=t.memory_mib,
-                        placed_s=now,
-                        leader_token=None if fence is None else fence.token,
-                    )
+            ids = [p[0] for p in placements]
+            cols = select(JobRow.id, JobRow.state, JobRow.version, JobRow.spec, JobRow.idempotency_key)
+            cols = cols.add_columns(JobRow.created_s, JobRow.attempt)
+            jobs = {r.id: r for r in conn.execute(cols.where(JobRow.id.in_(ids)))}
+            hosts = sorted({h for _, _, a in placements for h in a.hosts})
+            lock = select(NodeRow.name, NodeRow.state, NodeRow.gpu_count, NodeRow.gpu_model)
+            lock = lock.where(NodeRow.name.in_(hosts)).order_by(NodeRow.name)
+            nodes = {r.name: r for r in conn.execute(lock.with_for_update() if self._postgres else lock)}
+            used, whole = gpus_held(conn, hosts)
+            out: list[JobRecord | GpupoolError] = []
+            rows = PlacementRows()
+            for job_id, expected, allocation in placements:
+                try:
+                    if job_id in rows.placed:
+                        raise StaleVersionError(f"job {job_id}: placed twice in one batch")
+                    spec = placeable(jobs.get(job_id), job_id, expected, allocation)
+                    check_capacity(job_id, allocation, nodes, used, whole)
+                except GpupoolError as e:
+                    out.append(e)
+                    continue
+                job = jobs[job_id]
+                attempt = (job.attempt or 0) + 1  # this placement starts the job's next run
+                rows.add(job.version, attempt, spec, allocation, nodes, now, actor, fence)
+                placed = JobRecord(
+                    spec, JobState.PLACED, job.version + 1, job.idempotency_key, "", "", job.created_s, now, attempt
                 )
-                milli_by_model[nodes[t.host].gpu_model] += t.milli_gpu * len(t.gpus)
-            for model, milli in sorted(milli_by_model.items()):
-                s.add(
-                    UsageIntervalRow(
-                        job_id=job_id,
-                        tenant=spec.tenant,
-                        pool=spec.pool,
-                        gpu_model=model,
-                        milli_gpu=milli,
-                        start_s=now,
-                        end_s=None,
-                        attempt=attempt,
-                    )
-                )
-            s.add(
-                JobAttemptRow(
-                    job_id=job_id,
-                    attempt=attempt,
-                    assignment=assignment,
-                    tenant=spec.tenant,
-                    pool=spec.pool,
-                    gpu_model=",".join(sorted(milli_by_model)),
-                    milli_gpu=sum(milli_by_model.values()),
-                    hosts=json.dumps([t.host for t in allocation.tasks]),
-                    placed_s=now,
-                    state=JobState.PLACED.value,
-                    reason="",
-                )
-            )
-            self._bump(s, row, JobState.PLACED, "", "", now, attempt=attempt)
-            data = {"from": JobState.PENDING.value, "to": JobState.PLACED.value, **allocation_to_dict(allocation)}
-            if fence is not None:
-                data["leader_token"] = fence.token
-            self._audit(s, actor, "job.placed", f"job/{job_id}", data, now)
-            return job_record(row)
-
-    @staticmethod
-    def _check_capacity(s: Session, job_id: str, allocation: Allocation, nodes: dict[str, NodeRow]) -> None:
-        used: dict[tuple[str, int], int] = defaultdict(int)
-        whole: set[tuple[str, int]] = set()  # only to word the refusal: held by one whole-GPU job
-        for a in s.scalars(select(AllocationRow).where(AllocationRow.host.in_(list(nodes)))):
-            for g in loads(a.gpus, f"allocation of job {a.job_id}"):
-                used[(a.host, g)] += a.milli_gpu
-                if a.milli_gpu >= MILLI_PER_GPU:
-                    whole.add((a.host, g))
-        for t in allocation.tasks:
-            node = nodes.get(t.host)
-            if node is None:
-                raise NotFoundError(f"job {job_id}: node {t.host!r} is not registered")
-            if node.state != NodeState.UP.value:
-                raise AllocationConflictError(f"job {job_id}: node {t.host} is {node.state}, not up")
-            for g in t.gpus:
-                if node.gpu_count and g >= node.gpu_count:
-                    raise AllocationConflictError(f"job {job_id}: {t.host} has no GPU {g} ({node.gpu_count} GPUs)")
-                held = used[(t.host, g)]
-                if held + t.milli_gpu > MILLI_PER_GPU:
-                    what = "held whole" if (t.host, g) in whole else f"shared with {held} milli already given"
-                    raise AllocationConflictError(
-                        f"job {job_id}: GPU {g} of {t.host} is {what}; {t.milli_gpu} more would pass 1000 milli"
-                    )
-                used[(t.host, g)] = held + t.milli_gpu
-                if t.milli_gpu >= MILLI_PER_GPU:
-                    whole.add((t.host, g))
+                out.append(placed)
+            rows.write(conn)
+            return out
 
     @staticmethod
     def _guard(s: Session, job_id: str, expected_version: int, new_state: JobState) -> tuple[JobRow, JobState]:

@@ -297,3 +297,27 @@ def test_a_gpu_graded_bad_by_its_agent_takes_no_whole_node_job(api: Api) -> None
     assert launches["gpu-01"] == [] and len(launches["gpu-02"]) == 1  # only the healthy node took a 4-GPU job
     states = sorted(api.client.get(f"/v1/jobs/{j}", headers=alice).json()["state"] for j in ids)
     assert states == ["pending", "placed"]
+
+
+def test_a_cycle_stores_hundreds_of_placements_in_batches_each_gpu_once(api: Api) -> None:
+    """A cycle's placements are written in batches (``_PLACE_BATCH`` per transaction): 300 in one cycle are all
+    stored, each with its own GPU, their audit events carry the lease token, and the next cycle has nothing left
+    to place."""
+    alice = api.tenant("alice")
+    for n in range(38):
+        api.register(f"gpu-{n:02d}")
+    ids = []
+    for i in range(300):
+        r = api.client.post("/v1/jobs", json={**JOB, "gpus_per_task": 1, "name": f"j{i}"}, headers=alice)
+        assert r.status_code == 201, r.text
+        ids.append(r.json()["job"]["id"])
+    report = api.srv.loop.run_cycle()
+    assert report.placed == 300 and report.waiting == 0
+    store = api.srv.store
+    assert {store.get_job(j).state.value for j in ids} == {"placed"}
+    gpus = [(t.host, g) for a in store.load_state().allocations for t in a.tasks for g in t.gpus]
+    assert len(gpus) == len(set(gpus)) == 300
+    placed = store.list_audit(action="job.placed", limit=1000)
+    tokens = {e.data.get("leader_token") for e in placed}
+    assert len(placed) == 300 and len(tokens) == 1 and None not in tokens  # one leader's, all of them
+    assert api.srv.loop.run_cycle().placed == 0

@@ -176,3 +176,53 @@ def test_usage_is_clipped_to_the_window_and_counts_shares(nodes: Store, make_spe
     assert nodes.usage(600.0, 700.0) == []
     with pytest.raises(InputError, match="ends"):
         nodes.usage(10.0, 5.0)
+
+
+def test_a_batch_stores_every_placement_that_fits_and_refuses_only_the_others(nodes: Store, make_spec: Spec) -> None:
+    """One cycle's placements in one transaction: each is checked against what is stored AND the placements
+    before it in the batch; a refused one stores nothing of itself and leaves the rest of the batch alone."""
+    for name in ("a", "b", "c", "d", "e"):
+        nodes.submit_job(make_spec(name, gpus_per_task=2), None, actor="u")
+    nodes.record_allocation("e", 1, whole("e", "h2", 0, 1), actor="s")  # stored before the batch
+    got = nodes.record_allocations(
+        [
+            ("a", 1, whole("a", "h1", 0, 1)),
+            ("b", 1, whole("b", "h1", 1, 2)),  # GPU 1 given to a just before it in this batch
+            ("c", 7, whole("c", "h1", 2, 3)),  # a stale version
+            ("d", 1, whole("d", "h2", 1, 2)),  # GPU 1 of h2 held by e, stored before
+            ("a", 1, whole("a", "h1", 4, 5)),  # the same job twice
+            ("c", 1, whole("c", "h1", 2, 3)),
+        ],
+        actor="s",
+    )
+    kinds = [type(g).__name__ for g in got]
+    assert kinds == [
+        "JobRecord",
+        "AllocationConflictError",
+        "StaleVersionError",
+        "AllocationConflictError",
+        "StaleVersionError",
+        "JobRecord",
+    ]
+    assert "GPU 1 of h1 is held whole" in str(got[1]) and "GPU 1 of h2 is held whole" in str(got[3])
+    for rec, job in ((got[0], "a"), (got[5], "c")):
+        assert isinstance(rec, type(nodes.get_job(job))) and rec == nodes.get_job(job)
+        assert (rec.state, rec.version) == (JobState.PLACED, 2)
+    assert {nodes.get_job(j).state for j in ("b", "d")} == {JobState.PENDING}
+    assert set(nodes.load_state().allocations) == {
+        whole("a", "h1", 0, 1),
+        whole("c", "h1", 2, 3),
+        whole("e", "h2", 0, 1),
+    }
+    assert sorted(e.subject for e in nodes.list_audit(action="job.placed")) == ["job/a", "job/c", "job/e"]
+    assert nodes.record_allocations([], actor="s") == []
+
+
+def test_a_batch_of_shares_counts_its_own_shares_on_one_gpu(nodes: Store, make_spec: Spec) -> None:
+    for name, milli in [("s1", 600), ("s2", 400), ("s3", 1)]:
+        nodes.submit_job(make_spec(name, share=GpuShare(milli)), None, actor="u")
+    got = nodes.record_allocations(
+        [(n, 1, share(n, "h2", 3, m)) for n, m in [("s1", 600), ("s2", 400), ("s3", 1)]], actor="s"
+    )
+    assert [type(g).__name__ for g in got] == ["JobRecord", "JobRecord", "AllocationConflictError"]
+    assert "shared with 1000 milli already given" in str(got[2])
