@@ -1,6 +1,7 @@
 """Chronus MIX1 deadlines: strict-deadline met ratio per policy. Prints one JSON line per arm.
 
     python benchmarks/sim_chronus.py --hours 2 --gpus 512
+    python benchmarks/sim_chronus.py --hours 6 --gpus 64 --arms edf     # the whole trace, a long queue
 
 The trace (Philly-derived, 30,940 jobs over 5.6 h, strict and best-effort) is cut to the jobs submitted in
 the first ``--hours`` and run on a leaf/spine cluster of ``--gpus`` H100s (8 per host). Every arm gives
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,12 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     trace = replace(full, jobs=tuple(j for j in full.jobs if j.submit_s < args.hours * 3600.0))
     fabric = uniform_fabric(args.gpus, 8)
     for arm in args.arms:
+        cpu = time.process_time()
         m = simulate(trace, fabric, ARMS[arm], know_durations=True).metrics
+        cpu = time.process_time() - cpu
         print(json.dumps({
             "arm": arm, "gpus": fabric.gpu_count, "hours": args.hours, "jobs": m["jobs"], "finished": m["finished"],
             "strict_met_ratio": m["deadline_met_ratio_by_class"].get("strict"), "deadline_jobs": m["deadline_jobs"],
             "avg_jct_s": m["avg_jct_s"], "lb_avg_jct_s": m["lb_avg_jct_s"], "gpu_utilization": m["gpu_utilization"],
-            "wall_s": m["wall_s"],
+            "wall_s": m["wall_s"], "cpu_s": round(cpu, 2), "load_avg_1m": round(os.getloadavg()[0], 2),
         }), flush=True)  # fmt: skip
     return 0
 

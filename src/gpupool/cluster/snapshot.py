@@ -67,6 +67,19 @@ class SnapshotMemo:
         self._values[key] = value
 
 
+class PendingFeed:
+    """What entered and left the pending queue, in order: a job's spec when it entered (submitted, or back
+    after a preemption), its id when it left (placed, cancelled). Append-only while its state uses it, so the
+    first ``ClusterSnapshot.pending_feed_at`` entries never change: a reader that kept a queue of its own (the
+    scheduler's order index) catches up from where it stopped reading instead of going through every job.
+    The state starts a new feed when this one grows long; a reader then starts again from ``pending``."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: list[JobSpec | str] = []
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     """The cluster at one version. The fabric index is shared; every array here is a read-only copy.
@@ -96,6 +109,9 @@ class ClusterSnapshot:
     preemption_count: Mapping[str, int]  # how often each job has been preempted (its history in the queue)
     job_states: Mapping[str, JobState] = field(default_factory=dict)  # of the jobs pending jobs depend on
     memo: SnapshotMemo = field(default_factory=SnapshotMemo, compare=False, repr=False)
+    # How ``pending`` came about: its feed and how many of its entries it reflects (None: a snapshot built by hand).
+    pending_feed: PendingFeed | None = field(default=None, compare=False, repr=False)
+    pending_feed_at: int = field(default=0, compare=False, repr=False)
 
     @property
     def fabric_name(self) -> str:

@@ -21,6 +21,7 @@ from gpupool.cluster.snapshot import (
     NODE_LOST,
     NODE_UP,
     ClusterSnapshot,
+    PendingFeed,
     RunningJob,
     SnapshotMemo,
 )
@@ -53,6 +54,7 @@ from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec
 from gpupool.domain.states import JOB_TRANSITIONS, NODE_TRANSITIONS, JobState, NodeState, transition
 from gpupool.fabric.fabric import Fabric
 
+_FEED_SLACK = 4096  # feed entries beyond four per queued job before the state starts a new feed
 _NODE_CODE = {NodeState.UP: NODE_UP, NodeState.DRAINED: NODE_DRAINED, NodeState.LOST: NODE_LOST}
 _LINK_CODE = {LinkState.UP: LINK_UP, LinkState.DEGRADED: LINK_DEGRADED, LinkState.DOWN: LINK_DOWN}
 _NO_STATES: MappingProxyType[str, JobState] = MappingProxyType({})
@@ -90,6 +92,7 @@ class ClusterState:
         self._jobs: dict[str, JobState] = {}
         self._specs: dict[str, JobSpec] = {}
         self._pending: dict[str, JobSpec] = {}
+        self._feed = PendingFeed()  # what entered and left ``_pending``, for readers that keep their own queue
         self._running: dict[str, RunningJob] = {}
         # Stopped jobs' ranks whose processes may still run, per job: their GPUs count as used, so nothing is
         # placed on them before their agents confirm the processes gone (``RanksReleased``).
@@ -150,14 +153,15 @@ class ClusterState:
                     raise TransitionError(f"job {job.job_id}: submitted twice")
                 self._jobs[job.job_id] = JobState.PENDING
                 self._specs[job.job_id] = job
-                self._pending[job.job_id] = job
+                self._enqueue(job)
                 if job.after:
                     self._dependent.add(job.job_id)
             case JobPlaced(allocation=alloc, at_s=at):
                 placed = self._check_job(alloc.job_id, JobState.PLACED)
                 self._take(alloc)  # may raise: the job stays pending and the capacity untouched
                 self._jobs[alloc.job_id] = placed
-                spec = self._pending.pop(alloc.job_id)
+                spec = self._pending[alloc.job_id]
+                self._dequeue(alloc.job_id)
                 self._running[alloc.job_id] = RunningJob(
                     spec, alloc, at, preemptions=self._preempted.get(alloc.job_id, 0)
                 )
@@ -190,14 +194,14 @@ class ClusterState:
                 if job_id in self._running:
                     self._end(job_id, at, requeue=False)
                 else:
-                    self._pending.pop(job_id, None)
+                    self._dequeue(job_id)
                 self._forget(job_id)
             case JobEnded(job_id=job_id, state=final, at_s=at):
                 if final not in TERMINAL:
                     raise TransitionError(f"job {job_id}: {final.value} is not an end")
                 if job_id in self._running:
                     self._end(job_id, at, requeue=False)
-                self._pending.pop(job_id, None)
+                self._dequeue(job_id)
                 self._jobs[job_id] = final
                 self._forget(job_id)
             case JobPreempted(job_id=job_id, at_s=at):
@@ -306,6 +310,8 @@ class ClusterState:
             attained_gpu_s=MappingProxyType(dict(self._attained)),
             preemption_count=MappingProxyType(dict(self._preempted)),
             memo=self._memo,
+            pending_feed=self._feed,
+            pending_feed_at=len(self._feed.entries),
         )
         return self._snap
 
@@ -383,6 +389,22 @@ class ClusterState:
             self._cpu_used[h] += uc
             self._mem_used[h] += ue
 
+    def _enqueue(self, job: JobSpec) -> None:
+        self._pending[job.job_id] = job
+        self._fed(job)
+
+    def _dequeue(self, job_id: str) -> None:
+        if self._pending.pop(job_id, None) is not None:
+            self._fed(job_id)
+
+    def _fed(self, entry: JobSpec | str) -> None:
+        entries = self._feed.entries
+        if len(entries) > 4 * len(self._pending) + _FEED_SLACK:
+            # Readers catch up in O(changes); past a few times the queue's length, reading it whole is cheaper.
+            self._feed = PendingFeed()
+            entries = self._feed.entries
+        entries.append(entry)
+
     def _forget(self, job_id: str) -> None:
         """A job that ended for good needs no service or preemption history: every snapshot copies those,
         so keeping them would make a long run (the simulator's 100,000 jobs) quadratic."""
@@ -409,4 +431,4 @@ class ClusterState:
             service = max(0.0, at_s - r.started_at_s) * r.gpu_milli / MILLI_PER_GPU
             self._attained[job_id] = self._attained.get(job_id, 0.0) + service
         if requeue:
-            self._pending[job_id] = r.spec
+            self._enqueue(r.spec)

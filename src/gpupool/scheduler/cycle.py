@@ -24,6 +24,7 @@ from gpupool.domain.errors import JobSpecError
 from gpupool.domain.jobs import JobSpec
 from gpupool.scheduler.cyclestate import UNDIAGNOSED, Ask, Cycle, Wide
 from gpupool.scheduler.fragmentation import cycle_mix
+from gpupool.scheduler.grouped import run_groups
 from gpupool.scheduler.policies import order
 from gpupool.scheduler.refusals import LATER, Outcome
 from gpupool.scheduler.shapes import shape
@@ -39,34 +40,49 @@ from gpupool.scheduler.stages import (
     reservation_key,
     reserved,
 )
-from gpupool.scheduler.types import Ending, ReasonCode, ScheduleRequest, ScheduleResult, Waiting
+from gpupool.scheduler.types import Ending, ReasonCode, ScheduleRequest, ScheduleResult, Waiting, Waits
 
 
 def schedule(request: ScheduleRequest, *, remember_refusals: bool = True) -> ScheduleResult:
     """One cycle. ``remember_refusals=False`` decides every job afresh: slower, the same result (tests
     compare the two)."""
-    seen: set[str] = set()
-    for job in request.pending:
-        if job.job_id in seen:
-            raise JobSpecError(f"job {job.job_id} is pending twice in one request", source="schedule request")
-        seen.add(job.job_id)
-    cy = Cycle(request, remember=remember_refusals)
+    view = request.queue
+    if view is not None and not (
+        remember_refusals and view.policy == request.config.policy and view.count == len(request.pending)
+    ):
+        view = None
+    cy = Cycle(request, remember=remember_refusals, view=view)
     limits(cy)
-    reclaim(cy)
-    queue = order(cy.policy, request)
-    if cy.placer.uses_mix:
-        cy.ctx = dataclasses.replace(cy.ctx, mix=cycle_mix(request.workload_mix, queue, request.snapshot.index))
-    _run(cy, queue)
-    diagnose_waiting(cy)
+    if view is not None and cy.by_shape and not cy.placer.uses_mix:
+        # The caller keeps the queue ordered and grouped (its jobs' ids are unique by construction), and the
+        # shape alone decides: the cycle visits shapes, not jobs. No reclaim: ``by_shape`` means no pools.
+        waits = run_groups(cy, view)
+    else:
+        _unique(request)
+        reclaim(cy)
+        queue = order(cy.policy, request)
+        if cy.placer.uses_mix:
+            cy.ctx = dataclasses.replace(cy.ctx, mix=cycle_mix(request.workload_mix, queue, request.snapshot.index))
+        _run(cy, queue)
+        diagnose_waiting(cy)
+        waits = Waits(cy.waiting)
     return ScheduleResult(
         tuple(cy.allocs),
         tuple(cy.preemptions),
-        tuple(cy.waiting),
+        waits,
         request.snapshot.version,
         tuple(cy.signals),
         tuple(cy.reservations),
         tuple(cy.endings),
     )
+
+
+def _unique(request: ScheduleRequest) -> None:
+    seen: set[str] = set()
+    for job in request.pending:
+        if job.job_id in seen:
+            raise JobSpecError(f"job {job.job_id} is pending twice in one request", source="schedule request")
+        seen.add(job.job_id)
 
 
 def _run(cy: Cycle, queue: list[JobSpec]) -> None:

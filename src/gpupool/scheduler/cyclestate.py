@@ -27,6 +27,7 @@ from gpupool.scheduler.types import (
     BackfillMode,
     Ending,
     Preemption,
+    QueueView,
     ReasonCode,
     Reservation,
     ScheduleRequest,
@@ -85,10 +86,18 @@ class Wide:
         return self._need
 
 
+def held_back(request: ScheduleRequest, view: QueueView | None) -> bool:
+    """Whether some pending job has dependencies or an array cap (the kept queue counts them)."""
+    if view is not None:
+        return view.held > 0
+    return any(j.after or j.array_cap for j in request.pending)
+
+
 class Cycle:
     """Mutable state of one cycle: capacity, what was decided so far, and per-cycle memos."""
 
-    def __init__(self, request: ScheduleRequest, *, remember: bool = True) -> None:
+    def __init__(self, request: ScheduleRequest, *, remember: bool = True, view: QueueView | None = None) -> None:
+        """``view``: the request's kept queue, when the cycle may use it (it says what the queue holds)."""
         self.request, self.sh, self.now = request, request.sharing, request.now_s
         cfg, snap, sh = request.config, request.snapshot, request.sharing
         self.policy: QueuePolicy = get_policy(cfg.policy)
@@ -121,9 +130,7 @@ class Cycle:
         self.ctx = CycleContext(ix, np.arange(ix.n_hosts, dtype=np.int64), cfg.max_domains_tried, None)
         self.seen = Refusals(self.cap, enabled=remember)
         # Which stages can do anything in this cycle (a stage that cannot is not asked).
-        self.admits = (
-            self.book is not None or sh.deadline_admission or any(j.after or j.array_cap for j in request.pending)
-        )
+        self.admits = self.book is not None or sh.deadline_admission or held_back(request, view)
         # Preemption needs a victim: a quota borrower (a reclaim) or a ``preemptible`` running job.
         self.may_preempt = sh.preemption.enabled and (
             self.book is not None or any(r.spec.preemptible for r in snap.running.values())

@@ -27,10 +27,12 @@ from gpupool.domain.sharing import PoolDemand, decayed
 from gpupool.scheduler.cycle import schedule
 from gpupool.scheduler.gittins import HistoryBuilder
 from gpupool.scheduler.policies import get_policy
+from gpupool.scheduler.queue import QueueIndex
 from gpupool.scheduler.types import (
     CycleInputs,
     Ending,
     Preemption,
+    QueueView,
     SchedulerConfig,
     ScheduleRequest,
     ScheduleResult,
@@ -105,6 +107,15 @@ class CycleDriver:
         self.history = HistoryBuilder(config.gittins) if uses_history else None
         self.usage = UsageMeter(usage_half_life_s)
         self._signalled: set[tuple[str, float]] = set()  # (job, preemption time) signalled already
+        # The queue in the policy's order, kept from the state's pending feed when the order allows it.
+        self.queue = QueueIndex.for_policy(config.policy)
+
+    def _view(self, snapshot: ClusterSnapshot, pending: Sequence[JobSpec]) -> QueueView | None:
+        """The kept queue, when ``pending`` is the snapshot's own queue (the same tuple: a caller that
+        filtered it gets the cycle's own sort) and the snapshot says how it came about."""
+        if self.queue is None or pending is not snapshot.pending or not self.queue.sync(snapshot):
+            return None
+        return self.queue.view()
 
     def finished(self, spec: JobSpec, service_gpu_s: float) -> None:
         """A job finished (not failed or cancelled) after ``service_gpu_s`` GPU-seconds over all its runs."""
@@ -123,7 +134,9 @@ class CycleDriver:
     ) -> CycleRun:
         history = self.history.history() if self.history is not None else None
         inputs = CycleInputs(self.usage.fold(snapshot, now_s), pool_demand, history)
-        request = ScheduleRequest(snapshot, tuple(pending), now_s, self.config, sharing, inputs)
+        request = ScheduleRequest(
+            snapshot, tuple(pending), now_s, self.config, sharing, inputs, queue=self._view(snapshot, pending)
+        )
         result = schedule(request)
         # A job stopped at its time limit gets its signal first (if no earlier cycle gave it), then its stop.
         ending = {e.job_id for e in result.endings}

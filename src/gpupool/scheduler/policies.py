@@ -23,9 +23,8 @@ from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.errors import UnknownNameError
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec, PriorityClass
 from gpupool.scheduler.gittins import GittinsView, ServiceHistory
-from gpupool.scheduler.types import SchedulerConfig, ScheduleRequest, SharingPolicy
+from gpupool.scheduler.types import SchedulerConfig, ScheduleRequest, SharingPolicy, SortKey
 
-SortKey = tuple[float | int | str, ...]
 KeyFn = Callable[[JobSpec], SortKey]
 # (job, attained GPU-seconds, running?) -> its service rank; lower ranks first (preemption by service).
 ServiceRanker = Callable[[JobSpec, float, bool], float]
@@ -79,6 +78,13 @@ class QueuePolicy(Protocol):
         """The pending jobs in this cycle's order (``prepare``'s key)."""
         ...
 
+    @property
+    def static_key(self) -> KeyFn | None:
+        """A key that depends on the job alone and orders the queue as ``order`` does in every cycle, so the
+        order can be kept between cycles (``scheduler.queue``); None when the order changes with time or
+        state (waits, attained service, usage)."""
+        ...
+
 
 def las_ranker(request: ScheduleRequest) -> ServiceRanker:
     limits = request.config.las_thresholds_gpu_s
@@ -101,6 +107,22 @@ class _Policy:
     def order(self, request: ScheduleRequest) -> list[JobSpec]:
         return sorted(request.pending, key=self.prepare(request))
 
+    @property
+    def static_key(self) -> KeyFn | None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Static(_Policy):
+    """A policy whose key depends on the job alone: the same in every cycle."""
+
+    @property
+    def static_key(self) -> KeyFn:
+        raise NotImplementedError
+
+    def prepare(self, request: ScheduleRequest) -> KeyFn:
+        return self.static_key
+
 
 @dataclass(frozen=True, slots=True)
 class _ByKey(_Policy):
@@ -114,27 +136,42 @@ class _ByKey(_Policy):
         return lambda j: self.key(j, now_s, snapshot, config)
 
 
+def _arrival(job: JobSpec) -> SortKey:
+    return (job.submit_time_s, job.job_id)
+
+
+def _smallest_work(job: JobSpec) -> SortKey:
+    est = job.estimated_runtime_s
+    return (math.inf if est is None else est * job.gpu_milli, *_tie(job))
+
+
+def _latest_start(job: JobSpec) -> SortKey:
+    # deadline - now - runtime orders as deadline - runtime: ``now`` is the same for every job of a cycle.
+    if job.deadline_s is None:
+        return (1, math.inf, *_tie(job))
+    return (0, job.deadline_s - (job.estimated_runtime_s or 0.0), *_tie(job))
+
+
 @dataclass(frozen=True, slots=True)
-class Fifo(_ByKey):
+class Fifo(_Static):
     name: str = "fifo"
 
-    def key(self, job: JobSpec, now_s: float, snapshot: ClusterSnapshot, config: SchedulerConfig) -> SortKey:
-        return (job.submit_time_s, job.job_id)
+    @property
+    def static_key(self) -> KeyFn:
+        return _arrival
 
     def order(self, request: ScheduleRequest) -> list[JobSpec]:
         return by_arrival(request.pending)
 
 
 @dataclass(frozen=True, slots=True)
-class Priority(_ByKey):
+class Priority(_Static):
     """Priority classes, highest first, then first come first served."""
 
     name: str = "priority"
 
-    def key(self, job: JobSpec, now_s: float, snapshot: ClusterSnapshot, config: SchedulerConfig) -> SortKey:
-        return _tie(job)
-
-    def prepare(self, request: ScheduleRequest) -> KeyFn:
+    @property
+    def static_key(self) -> KeyFn:
         return _tie
 
     def order(self, request: ScheduleRequest) -> list[JobSpec]:
@@ -142,14 +179,14 @@ class Priority(_ByKey):
 
 
 @dataclass(frozen=True, slots=True)
-class ShortestJobFirst(_ByKey):
+class ShortestJobFirst(_Static):
     """Shortest estimated GPU-time first (runtime x GPUs); jobs without an estimate go last."""
 
     name: str = "sjf"
 
-    def key(self, job: JobSpec, now_s: float, snapshot: ClusterSnapshot, config: SchedulerConfig) -> SortKey:
-        est = job.estimated_runtime_s
-        return (math.inf if est is None else est * job.gpu_milli, *_tie(job))
+    @property
+    def static_key(self) -> KeyFn:
+        return _smallest_work
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,17 +278,16 @@ def gittins_view(request: ScheduleRequest) -> GittinsView:
 
 
 @dataclass(frozen=True, slots=True)
-class EarliestDeadlineFirst(_ByKey):
-    """Least slack first: deadline - now - estimated runtime (the runtime counts as 0 when unknown).
-    Jobs without a deadline follow, by priority."""
+class EarliestDeadlineFirst(_Static):
+    """Least slack first: deadline - now - estimated runtime (the runtime counts as 0 when unknown), that is
+    the latest start that still meets the deadline, earliest first. Jobs without a deadline follow, by
+    priority."""
 
     name: str = "edf"
 
-    def key(self, job: JobSpec, now_s: float, snapshot: ClusterSnapshot, config: SchedulerConfig) -> SortKey:
-        if job.deadline_s is None:
-            return (1, math.inf, *_tie(job))
-        slack = job.deadline_s - now_s - (job.estimated_runtime_s or 0.0)
-        return (0, slack, *_tie(job))
+    @property
+    def static_key(self) -> KeyFn:
+        return _latest_start
 
 
 def slack_priority(job: JobSpec, now_s: float, sharing: SharingPolicy) -> int:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.calendar import Calendar
@@ -181,6 +181,29 @@ class RequestType:
     gpu_models: tuple[str, ...] = ()  # empty: any model
 
 
+SortKey = tuple[float | int | str, ...]  # a queue policy's sort key: total, ending in the job id
+
+
+@dataclass(frozen=True, slots=True)
+class QueueGroup:
+    """Pending jobs of one shape in a policy's order (``keys[i]`` is ``jobs[i]``'s key)."""
+
+    shape: tuple[object, ...]
+    keys: tuple[SortKey, ...]
+    jobs: tuple[JobSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """The pending queue as the caller keeps it between cycles (``scheduler.queue.QueueIndex``): every
+    pending job, grouped by shape, in the order of the policy named ``policy``."""
+
+    policy: str
+    groups: tuple[QueueGroup, ...]
+    count: int
+    held: int = 0  # jobs with dependencies or an array cap: the admit stage decides those one by one
+
+
 @dataclass(frozen=True, slots=True)
 class ScheduleRequest:
     snapshot: ClusterSnapshot
@@ -191,6 +214,9 @@ class ScheduleRequest:
     inputs: CycleInputs = CycleInputs()
     # The target workload the ``frag`` placer measures fragmentation against; empty: this cycle's queue.
     workload_mix: tuple[RequestType, ...] = ()
+    # ``pending`` as the caller keeps it ordered and grouped (None: the cycle sorts it). Used when it is for
+    # ``config.policy`` and holds ``len(pending)`` jobs; the caller vouches that they are the same jobs.
+    queue: QueueView | None = None
 
 
 class Waiting(NamedTuple):
@@ -242,6 +268,56 @@ class Reservation:
     hosts: tuple[str, ...]
 
 
+class Waits(Sequence[Waiting]):
+    """The jobs a cycle left waiting, each with its reason, in the policy's order. A cycle that visited
+    shapes rather than jobs makes them only when they are read: the server stores them, the simulator never
+    reads them. ``len`` never makes them."""
+
+    __slots__ = ("_count", "_items", "_make")
+
+    def __init__(
+        self, items: Sequence[Waiting] = (), *, count: int = 0, make: Callable[[], tuple[Waiting, ...]] | None = None
+    ) -> None:
+        self._items: tuple[Waiting, ...] | None = tuple(items) if make is None else None
+        self._count = len(items) if make is None else count
+        self._make = make
+
+    def _all(self) -> tuple[Waiting, ...]:
+        if self._items is None:
+            assert self._make is not None
+            self._items = self._make()
+            self._make = None
+        return self._items
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, i: int) -> Waiting: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Waiting, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> Waiting | tuple[Waiting, ...]:
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[Waiting]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Waits):
+            return self._count == other._count and self._all() == other._all()
+        if isinstance(other, tuple | list):
+            return self._all() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return f"Waits({list(self._all())!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class ScheduleResult:
     """Placements in decision order, preemptions (whole jobs: the caller applies ``JobPreempted`` for each),
@@ -250,7 +326,7 @@ class ScheduleResult:
 
     placements: tuple[Allocation, ...]
     preemptions: tuple[Preemption, ...]
-    waiting: tuple[Waiting, ...]
+    waiting: Waits
     snapshot_version: int
     signals: tuple[Signal, ...] = ()
     reservations: tuple[Reservation, ...] = ()

@@ -243,7 +243,11 @@ class SchedulingLoop(StoreSync):
         self._load_dependencies(state, now)
         self._requeue_bad(state, now)
         snap = state.snapshot()
-        pending = tuple(j for j in snap.pending if self._db_state.get(j.job_id) is JobState.PENDING)
+        pending = snap.pending
+        db = self._db_state
+        if any(db.get(j.job_id) is not JobState.PENDING for j in pending):
+            pending = tuple(j for j in pending if db.get(j.job_id) is JobState.PENDING)
+        # Else the snapshot's own tuple: the driver then keeps the queue's order between cycles (``scheduler.queue``).
         self._placing = []
         run = self._driver.run_cycle(snap, pending, self._sharing.policy(), _StoreActuator(self, state), now)
         placed = self._store_placements()

@@ -293,14 +293,15 @@ class Engine:
     def _cycle(self, t: float) -> bool:
         """One scheduling cycle at ``t``; whether it preempted or ended anything."""
         self.cycles += 1
-        pending = tuple(self.track[j].job.spec for j in self.pending)
         demand: tuple[PoolDemand, ...] = ()
         if self.demand_headroom is not None:
             demand = tuple(
                 PoolDemand(pool, gpus, 1, since, self.demand_headroom)
                 for pool, (gpus, since) in self.service_gpus.items()
             )
-        run = self.driver.run_cycle(self.state.snapshot(), pending, self.sharing, _World(self), t, pool_demand=demand)
+        # The state's own queue (the same jobs as ``self.pending``): the driver keeps it ordered between cycles.
+        snap = self.state.snapshot()
+        run = self.driver.run_cycle(snap, snap.pending, self.sharing, _World(self), t, pool_demand=demand)
         self.queue_len.append((t, len(self.pending)))
         return run.preempted > 0 or run.ended > 0  # what they free is placed by the next round
 

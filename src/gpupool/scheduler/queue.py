@@ -1,0 +1,131 @@
+"""The pending queue kept in a policy's order between cycles, grouped by shape, and the per-cycle view of it.
+
+Why: a cycle over 50,000 pending jobs that sorts and visits every one of them costs tens of milliseconds
+even when nothing can be placed. When the policy's order depends on each job alone (``static_key``: fifo,
+priority, sjf, edf), the caller keeps a ``QueueIndex``: each job is keyed and grouped once, when it enters
+the queue, and a cycle whose outcome the shape alone decides (``Cycle.by_shape``) visits shapes, not jobs
+(``scheduler.grouped``). The index follows the cluster state's ``PendingFeed`` (what entered and left the
+queue since it last read), so keeping it costs O(changes) per cycle.
+
+Pure: the driver owns the index and hands ``schedule()`` an immutable ``QueueView`` of it; a view's groups
+are tuples (copied only for the groups that changed), so a result that refers to them stays valid whatever
+the index does next. ``schedule()`` trusts a view only for the policy that built it and a queue of the
+request's length; the tests hold its order to the policy's own (``tests/unit/scheduler/test_queue.py``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable
+
+from gpupool.cluster.snapshot import ClusterSnapshot, PendingFeed
+from gpupool.domain.jobs import JobSpec
+from gpupool.scheduler.policies import get_policy
+from gpupool.scheduler.shapes import Shape, shape
+from gpupool.scheduler.types import QueueGroup, QueueView, SortKey
+
+
+class _Group:
+    __slots__ = ("frozen", "jobs", "keys", "shape")
+
+    def __init__(self, sh: Shape) -> None:
+        self.shape = sh
+        self.keys: list[SortKey] = []
+        self.jobs: list[JobSpec] = []
+        self.frozen: QueueGroup | None = None  # the last view's copy, until the group changes
+
+
+class QueueIndex:
+    """The pending jobs by ``policy``'s static key, grouped by shape. Owned by one caller (the driver)."""
+
+    __slots__ = ("_feed", "_groups", "_held", "_read", "_where", "key", "policy")
+
+    def __init__(self, policy: str) -> None:
+        key = get_policy(policy).static_key
+        if key is None:
+            raise ValueError(f"policy {policy!r} has no static order to keep")
+        self.policy, self.key = policy, key
+        self._groups: dict[Shape, _Group] = {}
+        self._where: dict[str, tuple[SortKey, Shape]] = {}  # job id -> its key and its group
+        self._held: set[str] = set()  # jobs with dependencies or an array cap (``QueueView.held``)
+        self._feed: PendingFeed | None = None
+        self._read = 0  # entries of ``_feed`` folded in
+
+    @staticmethod
+    def for_policy(policy: str) -> QueueIndex | None:
+        """An index for ``policy``, or None when its order cannot be kept between cycles."""
+        return QueueIndex(policy) if get_policy(policy).static_key is not None else None
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def add(self, job: JobSpec) -> None:
+        self.discard(job.job_id)
+        k, sh = self.key(job), shape(job)
+        g = self._groups.get(sh)
+        if g is None:
+            g = self._groups[sh] = _Group(sh)
+        i = bisect_left(g.keys, k)
+        g.keys.insert(i, k)
+        g.jobs.insert(i, job)
+        g.frozen = None
+        self._where[job.job_id] = (k, sh)
+        if job.after or job.array_cap:
+            self._held.add(job.job_id)
+
+    def discard(self, job_id: str) -> None:
+        got = self._where.pop(job_id, None)
+        if got is None:
+            return
+        k, sh = got
+        self._held.discard(job_id)
+        g = self._groups[sh]
+        i = bisect_left(g.keys, k)
+        del g.keys[i], g.jobs[i]
+        g.frozen = None
+        if not g.keys:
+            del self._groups[sh]
+
+    def reset(self, jobs: Iterable[JobSpec]) -> None:
+        """Start again from these jobs (a new feed, or a snapshot without one)."""
+        self._groups.clear()
+        self._where.clear()
+        self._held.clear()
+        by_shape: dict[Shape, list[tuple[SortKey, JobSpec]]] = {}
+        for job in jobs:
+            k = self.key(job)
+            sh = shape(job)
+            by_shape.setdefault(sh, []).append((k, job))
+            self._where[job.job_id] = (k, sh)
+            if job.after or job.array_cap:
+                self._held.add(job.job_id)
+        for sh, entries in by_shape.items():
+            entries.sort(key=lambda e: e[0])
+            g = self._groups[sh] = _Group(sh)
+            g.keys = [k for k, _ in entries]
+            g.jobs = [j for _, j in entries]
+
+    def sync(self, snapshot: ClusterSnapshot) -> bool:
+        """Bring the index to the snapshot's queue from its pending feed; False when the snapshot has none
+        (built by hand: nothing says what changed), and the index is then left as it was."""
+        feed, at = snapshot.pending_feed, snapshot.pending_feed_at
+        if feed is None:
+            return False
+        if feed is not self._feed or at < self._read:
+            self.reset(snapshot.pending)
+        else:
+            for entry in feed.entries[self._read : at]:
+                if isinstance(entry, str):
+                    self.discard(entry)
+                else:
+                    self.add(entry)
+        self._feed, self._read = feed, at
+        return True
+
+    def view(self) -> QueueView:
+        groups = []
+        for g in self._groups.values():
+            if g.frozen is None:
+                g.frozen = QueueGroup(g.shape, tuple(g.keys), tuple(g.jobs))
+            groups.append(g.frozen)
+        return QueueView(self.policy, tuple(groups), len(self._where), len(self._held))
