@@ -1,4 +1,5 @@
-"""``gpupool sim``: replay a trace through the production scheduler (run, compare) or pack pods the FGD way."""
+"""``gpupool sim``: replay a trace through the production scheduler (run, compare), pack pods the FGD way, or
+check a server's journal against the scheduler (replay)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from gpupool.scheduler.settings import SchedulerSettings, problems, sharing_poli
 from gpupool.server.settings import load_settings, plain
 from gpupool.sim.failures import FailureEvent, parse_failures
 from gpupool.sim.pack import pack as run_pack
+from gpupool.sim.replay import replay_file, report_json
 from gpupool.sim.report import write_allocation_plot
 from gpupool.sim.runner import RunOutcome, cluster_fabric, compare_rows, simulate, write_outcome
 from gpupool.sim.traces import load_trace
@@ -377,3 +379,24 @@ def pack_cmd(
         top = max(ratio)
         typer.echo(f"{result.total_gpus} GPUs; allocation at 100%: {ratio.get(100)}%, at {top}%: {ratio[top]}%; "
                    f"unallocated GPUs: {result.unallocated_gpus:.1f}")  # fmt: skip
+
+
+@app.command("replay")
+def replay_cmd(
+    journal: Annotated[Path, typer.Argument(help="A server's journal (its journal_path setting).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Feed a server's journal to the same state, driver and scheduler: exit 0 when every decision is the
+    same, 1 (listing what differs) when one is not."""
+    report = replay_file(journal)
+    if as_json:
+        typer.echo(json.dumps(report_json(report)))
+    elif report.same:
+        typer.echo(f"same decisions: {report.cycles} cycles, {len(report.placements)} placements, "
+                   f"{len(report.preemptions)} preemptions")  # fmt: skip
+    else:
+        for d in report.differences:
+            typer.echo(f"cycle {d.cycle} (line {d.line}, t={d.now_s:.3f}): {d.what}")
+        typer.echo(f"{len(report.differences)} differences in {report.cycles} cycles")
+    if not report.same:
+        raise typer.Exit(1)

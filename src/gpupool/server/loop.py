@@ -45,6 +45,7 @@ from gpupool.scheduler.settings import scheduler_config
 from gpupool.scheduler.types import Ending, Preemption, ReasonCode, Signal, Waiting
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.hostcache import HostCache
+from gpupool.server.journal import Journal, NoJournal
 from gpupool.server.leader import LeaderLease
 from gpupool.server.live import HeldFacts, LiveInbox, jobs_on, requeue_reason
 from gpupool.server.liveness import LastSeen
@@ -125,7 +126,10 @@ class SchedulingLoop(StoreSync):
         # learns its distribution from completions, as the engine does: each job the sync sees finish (not fail
         # or be cancelled) while running adds its GPU-seconds (all its runs, as the state counts them). Kept
         # across rebuilds; a new leader starts empty.
-        self._driver = CycleDriver(scheduler_config(settings.scheduler), settings.scheduler.usage_half_life_s)
+        config, half_life = scheduler_config(settings.scheduler), settings.scheduler.usage_half_life_s
+        self._driver = CycleDriver(config, half_life)
+        # What this loop applied and decided, for ``gpupool sim replay`` (``server.journal``); off by default.
+        self._journal = Journal(settings.journal_path, config, half_life) if settings.journal_path else NoJournal()
         # The last cycle's request (immutable), for /why's deadline admission from request threads.
         self._view: ScheduleRequest | None = None
         # Jobs this process committed since the last sync (from the group-commit writer): their specs, so the
@@ -175,6 +179,7 @@ class SchedulingLoop(StoreSync):
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._leader.release()
+        self._journal.close()
 
     @property
     def is_leader(self) -> bool:
@@ -249,7 +254,10 @@ class SchedulingLoop(StoreSync):
             pending = tuple(j for j in pending if db.get(j.job_id) is JobState.PENDING)
         # Else the snapshot's own tuple: the driver then keeps the queue's order between cycles (``scheduler.queue``).
         self._placing = []
-        run = self._driver.run_cycle(snap, pending, self._sharing.policy(), _StoreActuator(self, state), now)
+        sharing = self._sharing.policy()
+        self._journal.cycle(now, (j.job_id for j in pending), sharing)
+        run = self._driver.run_cycle(snap, pending, sharing, _StoreActuator(self, state), now)
+        self._journal.decided(run.result)
         placed = self._store_placements()
         self._view = run.request
         seconds = time.perf_counter() - started

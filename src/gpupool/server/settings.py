@@ -81,6 +81,9 @@ class Settings:
     submit_queue_max: int = 20_000
     # How long a submission waits through a database failover (or a lost connection) before its 503.
     store_retry_s: float = 10.0
+    # A file the scheduling loop appends its journal to (every event it applied, each cycle's inputs and
+    # decisions; ``gpupool sim replay FILE`` checks them): "" = none. Grows with every heartbeat.
+    journal_path: str = ""
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)  # what decides (also ``gpupool sim``)
 
     @property

@@ -29,6 +29,7 @@ from gpupool.domain.events import (
 from gpupool.domain.states import JobState, NodeState
 from gpupool.scheduler.driver import CycleDriver
 from gpupool.server.fabric_cache import FabricCache
+from gpupool.server.journal import NoJournal
 from gpupool.server.live import HeldFacts, LiveInbox
 from gpupool.store import JobRecord, NodeRecord, Store
 from gpupool.store.server_ops import ServerOps
@@ -48,6 +49,7 @@ class StoreSync:
     _versions: dict[str, int]
     _facts: HeldFacts
     _driver: CycleDriver
+    _journal: NoJournal
     _fresh_lock: threading.Lock
     _fresh: dict[str, JobRecord]
     live: LiveInbox
@@ -60,7 +62,7 @@ class StoreSync:
         # and one put before is in ``telemetry`` (or, a durable fact, in the store), so none is lost or doubled.
         telemetry = self.live.restart()
         loaded = self._store.load_state()
-        state = ClusterState(fabric)
+        state = self._journal.new_state(fabric)
         for job in loaded.jobs:
             state.apply(JobSubmitted(job.spec, job.created_s))
         by_job = {j.job_id: j for j in loaded.jobs}
@@ -124,7 +126,7 @@ class StoreSync:
                 if lj is None:
                     final = finals.get(job_id, JobState.CANCELLED)
                     learns = old is JobState.RUNNING and final is JobState.FINISHED
-                    self._end(state, job_id, final, now, self._driver if learns else None)
+                    self._end(state, job_id, final, now, learns)
                     del self._db_state[job_id]
                     self._versions.pop(job_id, None)
                     continue
@@ -156,16 +158,17 @@ class StoreSync:
             if held.get(job_id) != alloc:
                 state.apply(RanksReleasing(alloc, now))
 
-    @staticmethod
-    def _end(state: ClusterState, job_id: str, final: JobState, now: float, driver: CycleDriver | None) -> None:
+    def _end(self, state: ClusterState, job_id: str, final: JobState, now: float, learns: bool) -> None:
         """A job left the live set as ``final`` (read from the store: the jobs depending on it see how it
-        ended). ``driver``: it finished while running (a policy that learns from completions counts it, as the
-        simulator does)."""
+        ended). ``learns``: it finished while running (a policy that learns from completions counts it, as the
+        simulator does; the journal notes it for the replay)."""
         if state.job_state(job_id) in TERMINAL:
             return  # ended here (a time limit, a dependency never met) before the store said so
         spec = state.job_spec(job_id)
-        if driver is not None and spec is not None and driver.history is not None:
-            driver.finished(spec, state.service_gpu_s(job_id, now))
+        if learns and spec is not None and self._driver.history is not None:
+            service = state.service_gpu_s(job_id, now)
+            self._driver.finished(spec, service)
+            self._journal.finished(job_id, service)
         state.apply(JobEnded(job_id, final if final in TERMINAL else JobState.CANCELLED, now))
 
     def _sync_nodes(self, state: ClusterState, now: float, nodes: Sequence[NodeRecord]) -> None:

@@ -7,13 +7,18 @@ node003-4 under leaf-02); hosts register with their fabric HCA's GUID, as a real
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from server_api_helpers import Api
+from server_api_helpers import Api, Clock, make_api
 
+from gpupool.domain.errors import InputError
 from gpupool.fabric import jsonio
 from gpupool.fabric.generators import leaf_spine
+from gpupool.sim.replay import replay_file
 
 FABRIC = leaf_spine(2, 1, 2, gpus_per_host=8)
 LEAF = {"leaf-01": ("node001", "node002"), "leaf-02": ("node003", "node004")}
@@ -193,3 +198,106 @@ def test_a_job_on_a_gpu_that_turns_bad_is_signalled_requeued_whole_and_placed_el
     # The XID itself is in the node's audit trail.
     audit = api.srv.store.list_audit(subject=f"node/{sick}", limit=100)
     assert any(e.action == "node.xid" and e.data["xids"][0]["code"] == 79 for e in audit)
+
+
+@pytest.fixture
+def journaled(db_url: str, tmp_path: Path, clock: Clock) -> Iterator[Api]:
+    yield from make_api(db_url, tmp_path, clock, journal_path=str(tmp_path / "journal.jsonl"))
+
+
+def test_the_journal_replays_to_the_same_decisions_through_congestion_heat_a_bad_gpu_and_a_rebuild(
+    journaled: Api, tmp_path: Path
+) -> None:
+    """Invariant: the server's decisions are the pure scheduler's on the events the loop applied; replayed
+    through ``sim.replay`` (a fresh state, driver and scheduler) every placement, preemption and reason is
+    the same, across congestion, a hot GPU, a job requeued off a bad GPU and a rebuild of the loop's state."""
+    api = journaled
+    acme, nodes = setup(api)
+    api.srv.loop.run_cycle()
+    for _ in range(2):
+        api.clock.t += 1.0
+        for h in LEAF["leaf-01"]:
+            beat(api, h, nodes[h], ports=port(wait=1e8))
+    gang = submit(api, acme, GANG)
+    api.srv.loop.run_cycle()
+    assert hosts_of(api, gang) == list(LEAF["leaf-02"])
+    running = {}
+    for h in LEAF["leaf-02"]:
+        cmds = beat(api, h, nodes[h])
+        running[h] = [
+            {"assignment_id": c["assignment_id"], "job_id": gang, "state": "running", "at_s": 0.0} for c in cmds
+        ]
+        beat(api, h, nodes[h], workloads=running[h])
+    api.clock.t += 1.0
+    beat(api, "node001", nodes["node001"], gpus=gpus(temps={2: 88.0}))
+    small = submit(api, acme, {**GANG, "tasks": 1, "gpus_per_task": 7})
+    api.srv.loop.run_cycle()
+    assert hosts_of(api, small) == ["node002"]  # the host with a hot GPU is used last
+    xid = {"gpu": 3, "code": 79, "at_s": api.clock.t, "message": "GPU has fallen off the bus."}
+    beat(api, "node004", nodes["node004"], gpus=gpus(bad={3: "XID 79"}), xids=[xid], workloads=running["node004"])
+    api.srv.loop.run_cycle()  # the gang is requeued; nothing is free for it while its ranks release
+    assert api.client.put("/v1/fabric", json=jsonio.to_dict(FABRIC), headers=api.admin()).status_code == 200
+    assert api.srv.loop.run_cycle().rebuilt
+    placed = {j: tuple(sorted((a.host, a.gpus) for a in api.srv.ops.job_assignments(j))) for j in (gang, small)}
+
+    report = replay_file(tmp_path / "journal.jsonl")
+    assert report.same, [d.what for d in report.differences]
+    assert report.cycles == api.srv.loop.cycles
+    replayed = {a.job_id: tuple(sorted((t.host, t.gpus) for t in a.tasks)) for a in report.placements}
+    assert replayed[small] == placed[small]
+    assert [a.job_id for a in report.placements].count(gang) == 1  # once, under leaf-02; not again yet
+    assert {t.host for a in report.placements if a.job_id == gang for t in a.tasks} == set(LEAF["leaf-02"])
+
+
+def test_a_decision_the_scheduler_would_not_make_is_reported_with_its_cycle(journaled: Api, tmp_path: Path) -> None:
+    """The replay is a check that can fail: a journal whose recorded placement was edited (the server
+    deciding something the scheduler does not) gives a difference naming the job and both placements."""
+    api = journaled
+    acme, _ = setup(api)
+    job = submit(api, acme, {**GANG, "tasks": 1})
+    api.srv.loop.run_cycle()
+    (host,) = hosts_of(api, job)
+    other = next(h.name for h in FABRIC.hosts if h.name != host)
+    path = tmp_path / "journal.jsonl"
+    lines = path.read_text().splitlines()
+    last = max(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "decided")
+    lines[last] = lines[last].replace(f'"host":"{host}"', f'"host":"{other}"')
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("\n".join(lines) + "\n")
+    report = replay_file(edited)
+    assert [(d.line, d.what) for d in report.differences] == [
+        (last + 1, f"job {job}: the server {other} GPUs 0,1,2,3,4,5,6,7, the replay {host} GPUs 0,1,2,3,4,5,6,7")
+    ]
+
+
+@pytest.fixture
+def full_disk(db_url: str, tmp_path: Path, clock: Clock) -> Iterator[Api]:
+    yield from make_api(db_url, tmp_path, clock, journal_path="/dev/full")
+
+
+def test_a_journal_that_cannot_be_written_stops_and_the_loop_goes_on(
+    full_disk: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Invariant: the journal never stops scheduling. On a full disk (/dev/full refuses every write) the loop
+    logs once that the journal stops, and places as before."""
+    api = full_disk
+    acme, _ = setup(api)
+    jobs = [submit(api, acme, {**GANG, "tasks": 1}) for _ in range(2)]
+    with caplog.at_level("ERROR", logger="gpupool.server.journal"):
+        assert api.srv.loop.run_cycle().placed == 2
+        assert api.srv.loop.run_cycle().placed == 0
+    assert [hosts_of(api, j) != [] for j in jobs] == [True, True]
+    stops = [r.getMessage() for r in caplog.records if "stops here" in r.getMessage()]
+    assert len(stops) == 1 and "/dev/full" in stops[0] and "No space left on device" in stops[0]
+
+
+def test_a_journal_path_that_cannot_be_opened_is_one_error_naming_the_setting(tmp_path: Path, clock: Clock) -> None:
+    with pytest.raises(InputError, match=r"journal_path .*/missing/journal\.jsonl: cannot open the journal"):
+        next(
+            make_api(
+                f"sqlite:///{tmp_path / 'db'}",
+                tmp_path,
+                clock,
+                journal_path=str(tmp_path / "missing" / "journal.jsonl"),
+            )
+        )
