@@ -1,6 +1,12 @@
 """A cluster of real processes for the end-to-end tests: one ``gpupool server`` (its app under uvicorn,
-configured only through GPUPOOL_* variables) with a one-SU SuperPOD fabric stored, and ``gpupool agent
---emulate`` processes for its hosts. Workloads are real child processes that print what they were given.
+configured only through GPUPOOL_* variables) with a fabric stored (a one-SU SuperPOD unless a test gives
+another), and ``gpupool agent --emulate`` processes for its hosts. Workloads are real child processes that
+print what they were given.
+
+Faults reach an agent's emulated node as they would a real one's files: an XID appended to its kernel log
+(``plant_xid``), port congestion and a GPU's temperature through its ``faults.json`` (``faults``). With
+``journal=True`` the server writes its loop's journal (``journal_events`` reads what the loop applied;
+``replay`` runs ``gpupool sim replay`` on it).
 
 Run as root the agents isolate as a real node does (each job as its tenant's user, in its own cgroup): the
 jobs run a Python any user may execute and print to their logs, which the tests read in the agents' state
@@ -24,9 +30,13 @@ from typing import Any
 
 import httpx
 
+from gpupool.agent.emulated import write_faults
 from gpupool.agent.runtime import process_start_ticks
+from gpupool.domain.events import Event
 from gpupool.fabric import jsonio
+from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.generators import superpod
+from gpupool.scheduler import journal
 from isolation_support import python_for_others
 from procs import PY, SERVER, free_port, healthy, stop, until
 
@@ -36,10 +46,15 @@ LOST_AFTER_S = 3.0  # a loaded 2-core build box can delay a 0.2 s beat by a seco
 
 
 class Cluster:
-    def __init__(self, root: Path, **settings: str) -> None:
-        """``settings``: GPUPOOL_* variables of the server beyond the defaults below."""
+    def __init__(self, root: Path, fabric: Fabric | None = None, *, journal: bool = False, **settings: str) -> None:
+        """``settings``: GPUPOOL_* variables of the server beyond the defaults below; ``fabric``: the stored
+        fabric and the agents' hosts (default ``superpod(1)``, whose first four hosts are ``HOSTS``)."""
         self.root = root
-        self.fabric = superpod(1)
+        self.fabric = fabric or superpod(1)
+        self.hosts = HOSTS if fabric is None else tuple(h.name for h in self.fabric.hosts)
+        self.journal_path = root / "journal.jsonl"
+        if journal:
+            settings = {"GPUPOOL_JOURNAL_PATH": str(self.journal_path), **settings}
         self.fabric_path = root / "fabric.json"
         jsonio.save(self.fabric, self.fabric_path)
         (root / "data").mkdir()
@@ -70,11 +85,12 @@ class Cluster:
         assert self.http.post("/v1/tenants", json={"name": "acme"}).status_code == 201
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start_agent(self, host: str, url: str | None = None) -> None:
-        """An emulated agent for ``host`` talking to ``url`` (this cluster's server unless given: a replica's)."""
+    def start_agent(self, host: str, url: str | None = None, extra: tuple[str, ...] = ()) -> None:
+        """An emulated agent for ``host`` talking to ``url`` (this cluster's server unless given: a replica's);
+        ``extra``: more ``gpupool agent`` arguments (``("--label", "zone=b")``)."""
         argv = [PY, "-m", "gpupool", "agent", "--server", url or self.url, "--join-token", self.join, "--host", host]
         argv += ["--state-dir", str(self.root / host), "--emulate", "--fabric", str(self.fabric_path)]
-        argv += ["--work-dir", str(self.work / host)]
+        argv += ["--work-dir", str(self.work / host), *extra]
         self.agents[host] = subprocess.Popen([*argv, "--stop-workloads-on-exit"], stderr=subprocess.DEVNULL)
 
     def restart(self) -> None:
@@ -91,6 +107,57 @@ class Cluster:
         with httpx.Client(base_url=url, timeout=10) as http:
             until(lambda: healthy(http), 60, "replica up")
         return proc, url
+
+    # -- faults, as a real node's files show them -------------------------------------------------------------
+    def node_dir(self, host: str) -> Path:
+        """Where ``host``'s agent keeps its emulated node's files (sysfs, nvidia-smi XML, kernel log)."""
+        return self.root / host / "node"
+
+    def plant_xid(self, host: str, gpu: int) -> None:
+        """XID 79 (fallen off the bus) for ``gpu`` in ``host``'s kernel log, as the driver prints it."""
+        xml = (self.node_dir(host) / "nvidia-smi-q.xml").read_text()
+        bus = xml.split('<gpu id="')[gpu + 1].split('"')[0].split(":")[1].lower()  # "00000000:5D:00.0" -> 5d
+        line = f"[ 1234.567890] NVRM: Xid (PCI:0000:{bus}:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+        with (self.node_dir(host) / "kern.log").open("a") as f:
+            f.write(line)
+
+    def faults(
+        self,
+        host: str,
+        *,
+        xmit_wait_per_s: dict[str, float] | None = None,
+        temperature_c: dict[int, float] | None = None,
+    ) -> None:
+        """Set ``host``'s port congestion (``PortXmitWait`` ticks/s per HCA name) and held GPU temperatures."""
+        write_faults(self.node_dir(host), xmit_wait_per_s=xmit_wait_per_s, temperature_c=temperature_c)
+
+    # -- the loop's journal -----------------------------------------------------------------------------------
+    def journal_events(self) -> list[Event]:
+        """Every event the server's loop applied to its state so far (complete lines of its journal)."""
+        if not self.journal_path.exists():
+            return []
+        lines = self.journal_path.read_text().splitlines(keepends=True)
+        return [r.value for r in journal.read(lines, str(self.journal_path)) if r.kind == "event"]
+
+    def replay(self) -> dict[str, Any]:
+        """``gpupool sim replay --json`` of the journal: its JSON, asserting it ran (0: same, 1: differences)."""
+        r = subprocess.run(
+            [PY, "-m", "gpupool", "sim", "replay", "--json", str(self.journal_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode in (0, 1), r.stderr
+        out: dict[str, Any] = json.loads(r.stdout)
+        assert out["same"] == (r.returncode == 0)
+        return out
+
+    def placements(self, job_id: str) -> list[list[tuple[str, tuple[int, ...]]]]:
+        """Every placement the server made of ``job_id``, in order: (host, GPUs) per rank (its audit trail)."""
+        events = self.http.get(f"/v1/jobs/{job_id}/events").json()["events"]
+        return [
+            [(t["host"], tuple(t["gpus"])) for t in e["data"]["tasks"]] for e in events if e["action"] == "job.placed"
+        ]
 
     def nodes(self) -> dict[str, dict[str, Any]]:
         return {n["name"]: n for n in self.http.get("/v1/nodes").json()["nodes"]}
@@ -111,7 +178,7 @@ class Cluster:
         return dict(self.http.get(f"/v1/jobs/{job_id}").json())
 
     def launch_records(self) -> Iterator[dict[str, Any]]:
-        for host in HOSTS:
+        for host in self.hosts:
             for f in (self.root / host / "workloads").glob("*/launch.json"):
                 yield json.loads(f.read_text())
 
@@ -133,7 +200,8 @@ class Cluster:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-def all_up(c: Cluster, hosts: tuple[str, ...] = HOSTS) -> bool:
+def all_up(c: Cluster, hosts: tuple[str, ...] | None = None) -> bool:
+    hosts = c.hosts if hosts is None else hosts
     nodes = c.nodes()
     return set(hosts) <= set(nodes) and all(nodes[h]["state"] == "up" for h in hosts)
 
@@ -146,7 +214,7 @@ def env_writer(then: str = "time.sleep(120)") -> str:
 def ranks_of(c: Cluster, job_id: str) -> dict[str, dict[str, Any]]:
     """Assignment id -> what its workload printed, with the host whose agent ran it (<state>/<host>/workloads/)."""
     out = {}
-    for host in HOSTS:
+    for host in c.hosts:
         for log in (c.root / host / "workloads").glob("*/stdout.log"):
             line = log.read_text().partition("\n")
             if not line[1]:

@@ -87,11 +87,7 @@ def test_kill9_agent_node_is_lost_and_the_gang_is_requeued_whole_elsewhere(clust
 def test_an_xid_planted_in_the_kernel_log_drains_that_gpu(cluster: Cluster) -> None:
     c = cluster
     host = "dgx003"
-    xml = (c.root / host / "node" / "nvidia-smi-q.xml").read_text()
-    bus = xml.split('<gpu id="')[4].split('"')[0]  # GPU 3: "00000000:5D:00.0"
-    line = f"[ 1234.567890] NVRM: Xid (PCI:0000:{bus.split(':')[1].lower()}:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
-    with (c.root / host / "node" / "kern.log").open("a") as f:
-        f.write(line)
+    c.plant_xid(host, 3)  # "NVRM: Xid (PCI:0000:5d:00): 79, ..." in its kernel log
     until(lambda: c.nodes()[host]["gpus"][3]["health"] == "bad", 15, "GPU 3 graded bad")
     assert [g["health"] for g in c.nodes()[host]["gpus"]].count("bad") == 1
     # Drained: an 8-GPU task no longer fits on that node, whatever else is free.

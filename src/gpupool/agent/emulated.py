@@ -5,14 +5,21 @@ Under ``root`` it writes ``sys/class/infiniband`` (through the fabric's own ``wr
 ``kern.log``. The agent's real probes (``FileGpuProbe``, ``SysfsIbProbe``, ``KernelLogXidReader``) read
 them, so the code under test on a build machine is the code that runs on a GPU node. Nothing here is
 random: the same calls give the same files.
+
+Faults from outside the agent's process (a test driving ``gpupool agent --emulate``): an XID is a line
+appended to ``kern.log``, as the driver writes it; congestion and heat are ``faults.json`` under the root
+(``write_faults``): per HCA name the ``PortXmitWait`` ticks per second its port accumulates, per GPU index a
+temperature it is held at. The node reads the file whenever it changed, at its next ``advance``; without
+the file, no such fault stands.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -26,6 +33,7 @@ from gpupool.fabric.rates import speed_for_gbps
 
 SYSFS_DIR = "sys/class/infiniband"
 KERNEL_LOG = "kern.log"
+FAULTS = "faults.json"
 # A DGX H100's GPU bus numbers (nvidia-smi order); other hosts get evenly spaced made-up ones.
 _DGX_H100_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 _IDLE_C = 32.0
@@ -75,6 +83,7 @@ class _GpuState:
     memory_fraction: float = 0.0
     temperature_c: float = _IDLE_C
     extra_c: float = 0.0  # a cooling fault: the GPU settles this much hotter
+    held_c: float | None = None  # a fault holds the GPU at this temperature, whatever its load
     ecc_uncorrected: int = 0
     ecc_corrected: int = 0
     pid: int | None = None
@@ -106,6 +115,7 @@ class EmulatedNode:
         self._counters = [dict.fromkeys(_COUNTER_NAMES, 0) for _ in self.hcas]
         self._link_up = [True for _ in self.hcas]
         self._xmit_wait_per_s = [0.0 for _ in self.hcas]
+        self._faults_seen: tuple[int, int, int] | None = None  # (inode, mtime ns, size) of the faults applied
         self.root.mkdir(parents=True, exist_ok=True)
         self.kernel_log_path.touch()
         self.write()
@@ -165,6 +175,39 @@ class EmulatedNode:
     def set_congestion(self, hca_index: int, xmit_wait_per_s: float) -> None:
         self._xmit_wait_per_s[hca_index] = xmit_wait_per_s
 
+    def hold_temperature(self, gpu_index: int, temperature_c: float | None) -> None:
+        """The GPU reads ``temperature_c`` from now on (None: it follows its load again)."""
+        st = self._gpus[gpu_index]
+        self._gpus[gpu_index] = replace(
+            st, held_c=temperature_c, temperature_c=st.temperature_c if temperature_c is None else temperature_c
+        )
+
+    def read_faults(self) -> None:
+        """Apply ``faults.json`` if it changed since last read (a file half written, or not JSON, waits for
+        the next read: ``write_faults`` replaces it in one rename)."""
+        path = self.root / FAULTS
+        try:
+            st = path.stat()
+            seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if seen == self._faults_seen:
+                return
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            doc, seen = {}, None
+            if self._faults_seen is None:
+                return
+        except (OSError, ValueError):
+            return
+        self._faults_seen = seen
+        waits = doc.get("xmit_wait_per_s", {}) if isinstance(doc, dict) else {}
+        temps = doc.get("temperature_c", {}) if isinstance(doc, dict) else {}
+        for i, hca in enumerate(self.hcas):
+            self.set_congestion(i, float(waits.get(self._device_name(i, hca), 0.0)))
+        for g in range(len(self._gpus)):
+            held = temps.get(str(g))
+            if held is not None or self._gpus[g].held_c is not None:
+                self.hold_temperature(g, None if held is None else float(held))
+
     # --- time --------------------------------------------------------------------------------------------
     def gpu_hca(self, gpu_index: int) -> int | None:
         """Position in ``hcas`` of the GPU's rail HCA: the host's affinity when known, else rail order."""
@@ -179,8 +222,11 @@ class EmulatedNode:
         if dt_s < 0:
             raise ValueError("time does not run backwards")
         self.now_s += dt_s
+        self.read_faults()
         k = 1.0 - math.exp(-dt_s / _THERMAL_TAU_S)
         for i, st in enumerate(self._gpus):
+            if st.held_c is not None:
+                continue
             target = _IDLE_C + _C_PER_UTIL_PCT * st.util_pct + st.extra_c
             self._gpus[i] = replace(st, temperature_c=st.temperature_c + (target - st.temperature_c) * k)
         load = [0.0 for _ in self.hcas]
@@ -205,6 +251,11 @@ class EmulatedNode:
         self.write()
 
     # --- files -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _device_name(i: int, hca: Hca) -> str:
+        """The HCA's name in sysfs (what the agent reports): the fabric's when it is a device name."""
+        return hca.name if hca.name.startswith("mlx") else f"mlx5_{i}"
+
     def _device(self, i: int, hca: Hca) -> SysfsDevice:
         rate = hca.rate_gbps or 400.0
         up = self._link_up[i]
@@ -222,7 +273,7 @@ class EmulatedNode:
             sm_lid=1,
             counters=MappingProxyType(dict(self._counters[i])),
         )
-        name = hca.name if hca.name.startswith("mlx") else f"mlx5_{i}"
+        name = self._device_name(i, hca)
         return SysfsDevice(
             name=name,
             ports=(port,),
@@ -356,3 +407,22 @@ class EmulatedNode:
         tmp = self.smi_xml_path.with_suffix(".xml.tmp")
         tmp.write_text(self.smi_xml(), encoding="utf-8")
         os.replace(tmp, self.smi_xml_path)
+
+
+def write_faults(
+    root: str | Path,
+    *,
+    xmit_wait_per_s: Mapping[str, float] | None = None,
+    temperature_c: Mapping[int, float] | None = None,
+) -> None:
+    """Set the faults of the emulated node under ``root`` (replacing the previous ones): ``xmit_wait_per_s``
+    per HCA name (``mlx5_0``), ``temperature_c`` per GPU index. Written in one rename, read at the node's next
+    ``advance`` (the agent's next sample)."""
+    doc = {
+        "xmit_wait_per_s": dict(xmit_wait_per_s or {}),
+        "temperature_c": {str(g): c for g, c in (temperature_c or {}).items()},
+    }
+    path = Path(root) / FAULTS
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc), encoding="utf-8")
+    os.replace(tmp, path)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.agent import EmulatedNode, FileGpuProbe, SysfsIbProbe, assess_node
+from gpupool.agent.emulated import write_faults
 from gpupool.domain.events import HealthGrade, LinkState
 from gpupool.domain.health import HealthRules
 from gpupool.fabric.generators import superpod
@@ -100,3 +101,34 @@ def test_port_errors_and_congestion_show_as_rates(node: EmulatedNode) -> None:
     health = assess_node([], [], [r.sample for r in rates.values()], rates.values(), HealthRules())
     by = {p.device: p for p in health.ports}
     assert by["mlx5_1"].state is LinkState.DEGRADED and by["mlx5_7"].congestion == 0.5
+
+
+def test_faults_written_from_outside_reach_the_probes_and_go_when_removed(node: EmulatedNode) -> None:
+    """How a test drives an agent it runs as a process: ``faults.json`` beside the files the probes read."""
+    gpus = FileGpuProbe(node.smi_xml_path)
+    ib = SysfsIbProbe(node.sysfs_root)
+    ib.rates(node.now_s)
+    write_faults(node.root, xmit_wait_per_s={"mlx5_2": 5e7}, temperature_c={5: 88.0})
+    node.advance(2.0)
+    rates = {r.sample.device: r for r in ib.rates(node.now_s)}
+    assert rates["mlx5_2"].xmit_wait_per_s == pytest.approx(5e7) and rates["mlx5_1"].xmit_wait_per_s == 0.0
+    temps = [g.temperature_c for g in gpus.telemetry()]
+    assert temps[5] == 88.0 and temps[4] == pytest.approx(32.0, abs=1.0)  # held at once, not over minutes
+    node.advance(600.0)
+    assert gpus.telemetry()[5].temperature_c == 88.0  # still held
+    ib.rates(node.now_s)
+    (node.root / "faults.json").unlink()
+    node.advance(2.0)
+    assert {r.sample.device: r for r in ib.rates(node.now_s)}["mlx5_2"].xmit_wait_per_s == 0.0
+    node.advance(600.0)
+    assert gpus.telemetry()[5].temperature_c == pytest.approx(32.0, abs=1.0)  # cooled back to idle
+
+
+def test_a_faults_file_that_is_not_json_changes_nothing(node: EmulatedNode) -> None:
+    ib = SysfsIbProbe(node.sysfs_root)
+    ib.rates(node.now_s)
+    write_faults(node.root, xmit_wait_per_s={"mlx5_0": 1e6})
+    node.advance(1.0)
+    (node.root / "faults.json").write_text("{not json")
+    node.advance(1.0)
+    assert {r.sample.device: r for r in ib.rates(node.now_s)}["mlx5_0"].xmit_wait_per_s == pytest.approx(1e6)
