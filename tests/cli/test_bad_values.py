@@ -178,6 +178,8 @@ CASES: list[tuple[str, tuple[str, ...], bool]] = [
     ("sim run --trace {trace} --format itp --gpus 16 --calendar {binary} --out out", ("binary.dat",), False),
     ("sim run --trace {trace} --format itp --gpus 16 --config {binary} --out out", ("binary.dat",), False),
     ("sim pack --nodes {binary} --pods {binary} --placement frag --out {regular}", ("--out",), False),
+    ("sim replay {binary}", ("binary.dat", "UTF-8"), False),
+    ("sim replay {folder}", ("folder", "cannot read the journal"), False),
     ("server --config {binary} --print-config", ("binary.dat",), False),
     ("agent --server http://127.0.0.1:{down} --join-token t --interval 0", ("--interval",), False),
     ("agent --server http://127.0.0.1:{down} --join-token t --emulate --fabric {binary}", ("binary.dat",), False),
