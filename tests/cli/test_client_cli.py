@@ -3,55 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
+from cli_server import ADMIN, cli_server, run
+from cli_server import tenant_token as make_token
 
-from gpupool.server.app import create_app
-from gpupool.server.settings import Settings
 from procs import free_port
-
-ADMIN = "cli-admin-token-0123456789"
 
 
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    data = tmp_path_factory.mktemp("srv")
-    port = free_port()
-    settings = Settings(data_dir=str(data), admin_token=ADMIN, port=port, schedule_period_s=0.2)
-    srv = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    t = threading.Thread(target=srv.run, daemon=True)
-    t.start()
-    deadline = time.monotonic() + 20
-    while not srv.started:
-        assert time.monotonic() < deadline, "server did not start"
-        t.join(0.02)
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    t.join(10)
-
-
-def run(url: str, token: str, *args: str) -> tuple[int, str, str]:
-    """``gpupool ARGS`` as a user runs it: a real process, the server and token from the environment."""
-    env = {**os.environ, "GPUPOOL_SERVER": url, "GPUPOOL_TOKEN": token, "GPUPOOL_CONFIG": "/nonexistent"}
-    r = subprocess.run([sys.executable, "-m", "gpupool", *args], capture_output=True, text=True, env=env, timeout=60)
-    return r.returncode, r.stdout, r.stderr
+    with cli_server(tmp_path_factory.mktemp("srv")) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def tenant_token(server_url: str) -> str:
-    code, out, err = run(server_url, ADMIN, "admin", "tenant", "team-a")
-    assert code == 0, err
-    code, out, err = run(server_url, ADMIN, "admin", "token", "--tenant", "team-a")
-    assert code == 0, err
-    return out.strip()
+    return make_token(server_url, "team-a")
 
 
 def test_submit_with_flags_then_list_show_and_cancel(server_url: str, tenant_token: str) -> None:

@@ -13,10 +13,13 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from gpupool.client import Client, load_client_config, read_job_file
+from gpupool.client import ApiError, Client, load_client_config, read_job_file
+from gpupool.domain.dependencies import parse_dependency
 from gpupool.domain.errors import InputError
+from gpupool.domain.jobs import DependencyKind
 from gpupool.domain.labels import parse_assignments
-from gpupool.schemas.api import JobOut, JobSubmit
+from gpupool.domain.units import parse_duration
+from gpupool.schemas.api import ArrayOut, JobOut, JobSubmit
 
 admin_app = typer.Typer(help="Operator commands (need an admin token).", no_args_is_help=True)
 
@@ -70,6 +73,12 @@ def submit(
     tenant: Annotated[str | None, typer.Option(help="on whose behalf (admin tokens only)")] = None,
     preemptible: Annotated[bool, typer.Option(help="may be preempted")] = False,
     key: Annotated[str | None, typer.Option("--idempotency-key", help="resubmitting with it never duplicates")] = None,
+    time_limit: Annotated[
+        str | None, typer.Option("--time-limit", help="stopped this long after it starts: 4h")
+    ] = None,
+    retry: Annotated[int | None, typer.Option(help="run again up to N times when it fails")] = None,
+    array: Annotated[str | None, typer.Option(help="one job per index: 0-199%16, 0-198:2, 1,3,5")] = None,
+    dependency: Annotated[str | None, typer.Option(help="afterok:ID[:ID][,afterany:ID] (Slurm's syntax)")] = None,
 ) -> None:
     """Submit a job: flags and an argv after --, or a YAML job file (flags override the file)."""
     base: dict[str, Any] = read_job_file(file).model_dump(exclude_none=True) if file is not None else {}
@@ -82,6 +91,10 @@ def submit(
         "name": name,
         "tenant": tenant,
         "preemptible": preemptible or None,
+        "time_limit_s": None if time_limit is None else parse_duration(time_limit, "--time-limit"),
+        "retry": None if retry is None else {"count": retry},
+        "array": array,
+        "after": None if dependency is None else dependency_in(parse_dependency(dependency, "--dependency")),
     }
     base.update({k: v for k, v in over.items() if v is not None})
     if "command" not in base:
@@ -89,12 +102,22 @@ def submit(
     job = _job(base, file)
     with _client() as c:
         out = c.submit(job, key)
-    typer.echo(f"{out.job.id} {'submitted' if out.created else 'already submitted'} ({out.job.state})")
+    said = "submitted" if out.created else "already submitted"
+    if out.array_id is not None:
+        typer.echo(f"{out.array_id} {said}: array of {out.jobs} jobs ({out.job.id} first)")
+    else:
+        typer.echo(f"{out.job.id} {said} ({out.job.state})")
+
+
+def dependency_in(parsed: tuple[tuple[DependencyKind, tuple[str, ...]], ...]) -> list[dict[str, Any]]:
+    """``parse_dependency``'s items as the API's ``after``."""
+    return [{"kind": kind.value, "jobs": list(ids)} for kind, ids in parsed]
 
 
 # The job fields the submit flags set, by flag: a value the API refuses is named by the flag that gave it.
 _FLAG_OF_FIELD = {"command": "command", "gpus_per_task": "--gpus", "tasks": "--tasks", "pool": "--pool",
-                  "priority": "--priority", "name": "--name", "tenant": "--tenant"}  # fmt: skip
+                  "priority": "--priority", "name": "--name", "tenant": "--tenant", "time_limit_s": "--time-limit",
+                  "retry": "--retry", "array": "--array", "after": "--dependency"}  # fmt: skip
 
 
 def _job(fields: dict[str, Any], file: Path | None) -> JobSubmit:
@@ -113,19 +136,25 @@ def _job(fields: dict[str, Any], file: Path | None) -> JobSubmit:
 def jobs(
     state: Annotated[str | None, typer.Option(help="only jobs in this state")] = None,
     pool: Annotated[str | None, typer.Option(help="only jobs of this pool")] = None,
+    array: Annotated[str | None, typer.Option(help="only the elements of this array")] = None,
     limit: Annotated[int, typer.Option(help="at most this many")] = 100,
     fmt: FmtOpt = Fmt.TABLE,
 ) -> None:
     """List your jobs (an admin sees every tenant's)."""
     with _client() as c:
-        listed = c.jobs(state=state, pool=pool, limit=limit).jobs
+        listed = c.jobs(state=state, pool=pool, limit=limit, array=array).jobs
     _emit(fmt, JOB_COLS, [_job_row(j) for j in listed], [j.model_dump() for j in listed])
 
 
 def job(job_id: str, fmt: FmtOpt = Fmt.TABLE) -> None:
     """Show one job, why it waits, and what happened to it (its events: placed, requeued and why, ...)."""
     with _client() as c:
-        j = c.job(job_id)
+        found = _job_or_array(c, job_id)
+        if isinstance(found, ArrayOut):
+            rows = [[found.array_id, st, n] for st, n in sorted(found.states.items())]
+            _emit(fmt, ["array", "state", "jobs"], rows, found.model_dump())
+            return
+        j = found
         events = c.events(job_id).events if fmt is Fmt.TABLE else []
         attempts = c.attempts(job_id).attempts if fmt is Fmt.TABLE and j.attempt else []
     if fmt is Fmt.TABLE:
@@ -146,9 +175,26 @@ def job(job_id: str, fmt: FmtOpt = Fmt.TABLE) -> None:
         _emit(fmt, JOB_COLS, [_job_row(j)], j.model_dump())
 
 
+def _job_or_array(c: Client, job_id: str) -> JobOut | ArrayOut:
+    """The job of that id, else the array of that id (an array is queried and cancelled as one)."""
+    try:
+        return c.job(job_id)
+    except ApiError as e:
+        if e.status != 404:
+            raise
+        try:
+            return c.array(job_id)
+        except ApiError:
+            raise e from None
+
+
 def cancel(job_id: str) -> None:
-    """Cancel a job (a running one is stopped on its nodes' next heartbeat)."""
+    """Cancel a job, or every element of an array (a running one is stopped on its nodes' next heartbeat)."""
     with _client() as c:
+        if isinstance(_job_or_array(c, job_id), ArrayOut):
+            a = c.cancel_array(job_id)
+            typer.echo(f"{a.array_id} {', '.join(f'{n} {st}' for st, n in sorted(a.states.items()))}")
+            return
         j = c.cancel(job_id)
     typer.echo(f"{j.id} {j.state}")
 

@@ -43,7 +43,11 @@ COMMANDS: dict[str, Entry] = {
     "job": Entry(
         _CLI, "job", "Show one job, why it waits, and what happened to it (its events: placed, requeued and why, ...)."
     ),
-    "cancel": Entry(_CLI, "cancel", "Cancel a job (a running one is stopped on its nodes' next heartbeat)."),
+    "cancel": Entry(
+        _CLI,
+        "cancel",
+        "Cancel a job, or every element of an array (a running one is stopped on its nodes' next heartbeat).",
+    ),
     "logs": Entry(_CLI, "logs", "Print a job's output, fetched from its node's agent."),
     "usage": Entry(_CLI, "usage", "GPU-seconds per tenant, GPU model and pool in a window."),
     "nodes": Entry(_CLI, "nodes", "List nodes with their GPUs, HCAs, health and heartbeat age.", panel=_OPS),

@@ -129,9 +129,23 @@ class Client:
         body = job.model_dump(mode="json", exclude_none=True)
         return self._call("POST", "/v1/jobs", api.SubmitOut, json=body, headers=headers)
 
-    def jobs(self, *, state: str | None = None, pool: str | None = None, limit: int = 100) -> api.JobList:
-        params = {k: v for k, v in (("state", state), ("pool", pool), ("limit", limit)) if v is not None}
-        return self._call("GET", "/v1/jobs", api.JobList, params=params)
+    def jobs(
+        self,
+        *,
+        state: str | None = None,
+        pool: str | None = None,
+        limit: int = 100,
+        array: str | None = None,
+        after: str | None = None,
+    ) -> api.JobList:
+        pairs = (("state", state), ("pool", pool), ("limit", limit), ("array", array), ("after", after))
+        return self._call("GET", "/v1/jobs", api.JobList, params={k: v for k, v in pairs if v is not None})
+
+    def array(self, array_id: str) -> api.ArrayOut:
+        return self._call("GET", f"/v1/arrays/{array_id}", api.ArrayOut)
+
+    def cancel_array(self, array_id: str) -> api.ArrayOut:
+        return self._call("POST", f"/v1/arrays/{array_id}/cancel", api.ArrayOut)
 
     def job(self, job_id: str) -> api.JobOut:
         return self._call("GET", f"/v1/jobs/{job_id}", api.JobOut)

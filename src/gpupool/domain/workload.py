@@ -98,6 +98,13 @@ def workload_env(
     return env
 
 
+def array_env(array_id: str, array_index: int | None) -> dict[str, str]:
+    """An array element's variables (nothing for a job that is not one)."""
+    if not array_id:
+        return {}
+    return {"GPUPOOL_ARRAY_ID": array_id, "GPUPOOL_ARRAY_INDEX": str(array_index if array_index is not None else 0)}
+
+
 # What a node will run, checked at the door (the API's job submit) and again by the agent before it starts
 # anything: one set of rules, so a command the API accepted is never one the agent cannot pass to execve.
 MAX_ARGS = 1024

@@ -66,6 +66,17 @@ class RetryIn(_In):
     on: list[RetryCause] = Field(default_factory=lambda: list(DEFAULT_RETRY_ON), min_length=1, max_length=3)
 
 
+DependencyKindName = Literal["after", "afterok", "afternotok", "afterany"]
+
+
+class DependencyIn(_In):
+    """Start only once the named jobs (job ids, array ids for all their elements, or ``ARRAY_INDEX``) did as
+    ``kind`` says: Slurm's after, afterok, afternotok, afterany."""
+
+    kind: DependencyKindName
+    jobs: list[Text] = Field(min_length=1, max_length=1024)
+
+
 class JobSubmit(_In):
     """A job as a tenant submits it. ``command`` is an argv list, run without a shell."""
 
@@ -93,6 +104,9 @@ class JobSubmit(_In):
     time_limit_s: float | None = Field(default=None, gt=0, le=1e9)  # stopped this long after it started (timeout)
     signal_lead_s: float | None = Field(default=None, ge=0, le=1e9)  # its checkpoint signal, before the limit
     retry: RetryIn | None = None
+    # An array: one job per index (Slurm's --array: 0-199%16, 0-198:2, 1,3,5-7), each with GPUPOOL_ARRAY_INDEX.
+    array: Text | None = Field(default=None, min_length=1, max_length=4096)
+    after: list[DependencyIn] = Field(default_factory=list, max_length=64)  # every one must be met
 
     # What a node will run is checked here, at the door, with the rules the agent applies again before it
     # starts anything: a NUL, an '=' in a variable name or an over-long argument is a 422 naming the field
@@ -147,6 +161,8 @@ class JobOut(_Out):
     idempotency_key: str | None
     attempt: int = 0  # its current (or last) run; 0 before its first placement
     time_limit_s: float | None = None
+    array_id: str | None = None  # the array it is an element of
+    array_index: int | None = None
 
 
 class AttemptOut(_Out):
@@ -170,8 +186,20 @@ class AttemptList(_Out):
 
 
 class SubmitOut(_Out):
-    job: JobOut
+    job: JobOut  # an array's first element
     created: bool
+    array_id: str | None = None
+    jobs: int = 1  # an array's elements
+
+
+class ArrayOut(_Out):
+    """An array as one: its size, its cap, how many elements are in each state."""
+
+    array_id: str
+    tenant: str
+    size: int
+    cap: int
+    states: dict[str, int]
 
 
 class JobList(_Out):

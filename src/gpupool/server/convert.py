@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from gpupool.domain.dependencies import parse_array
 from gpupool.domain.jobs import (
     MILLI_PER_GPU,
     GpuShare,
@@ -50,6 +53,24 @@ def to_spec(body: JobSubmit, job_id: str, tenant: str, now_s: float) -> JobSpec:
     )
 
 
+def array_elements(spec: JobSpec, text: str, max_size: int) -> tuple[JobSpec, ...]:
+    """One job per index of Slurm's ``--array`` syntax, ids ``<array id>.<index>`` (a dot: agents take it in
+    assignment ids and directory names). Each a microsecond after the one before, so policies that break
+    ties by submit time run them in index order, as Slurm does."""
+    a = parse_array(text, max_size, "body.array")
+    return tuple(
+        dataclasses.replace(
+            spec,
+            job_id=f"{spec.job_id}.{i}",
+            submit_time_s=spec.submit_time_s + k * 1e-6,
+            array_id=spec.job_id,
+            array_index=i,
+            array_cap=a.cap,
+        )
+        for k, i in enumerate(a.indices)
+    )
+
+
 def job_out(r: JobRecord) -> JobOut:
     s = r.spec
     return JobOut(
@@ -73,6 +94,8 @@ def job_out(r: JobRecord) -> JobOut:
         idempotency_key=r.idempotency_key,
         attempt=r.attempt,
         time_limit_s=s.time_limit_s,
+        array_id=s.array_id or None,
+        array_index=s.array_index,
     )
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from gpupool.domain.errors import GpupoolError
 from gpupool.domain.events import HealthGrade, NodeLabelled
 from gpupool.domain.states import JobState, NodeState
-from gpupool.domain.workload import hostfile, rank_place, workload_env
+from gpupool.domain.workload import array_env, hostfile, rank_place, workload_env
 from gpupool.fabric.export.nccl import nccl_ib_hca
 from gpupool.schemas.agent import (
     PROTOCOL_VERSION,
@@ -327,7 +327,9 @@ class AgentGateway:
     # -- launch commands ---------------------------------------------------------------------------------------
     def _launch(self, a: Assignment) -> LaunchCommand:
         ranks = sorted(self._ops.job_assignments(a.job_id), key=lambda r: r.rank)
-        command = self._ops.command(a.job_id)
+        rec = self._store.get_job(a.job_id)
+        spec = rec.spec
+        command = self._ops.command(a.job_id, spec.array_id)
         master = self._ops.agent(ranks[0].host).address or ranks[0].host
         hosts = [r.host for r in ranks]
         place = rank_place(hosts, a.rank)
@@ -337,9 +339,8 @@ class AgentGateway:
         except ValueError:
             hca = ""  # no HCA known for these GPUs: let NCCL pick
         port = self._settings.master_port_base + zlib.crc32(a.job_id.encode()) % 10_000
-        rec = self._store.get_job(a.job_id)
-        spec = rec.spec
         env = dict(command.env)
+        env.update(array_env(spec.array_id, spec.array_index))
         env.update(
             workload_env(
                 a.job_id,

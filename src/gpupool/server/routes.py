@@ -8,6 +8,7 @@ is a 404, exactly like a job that does not exist, so ids leak nothing.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from typing import Annotated, Any, Literal
 
@@ -17,12 +18,13 @@ from starlette.concurrency import run_in_threadpool
 
 from gpupool.domain.errors import GpupoolError, InputError, NotFoundError
 from gpupool.domain.events import NodeLabelled
+from gpupool.domain.jobs import DependencyKind
 from gpupool.domain.sharing import Quota
 from gpupool.domain.states import JobState
 from gpupool.fabric import jsonio
 from gpupool.schemas import api
 from gpupool.server.auth import actor
-from gpupool.server.convert import attempt_out, job_out, to_spec
+from gpupool.server.convert import array_elements, attempt_out, job_out, to_spec
 from gpupool.server.core import Server
 from gpupool.store import JobRecord, NodeRecord, Principal
 from gpupool.store.server_ops import Submission, assignment_id
@@ -126,13 +128,18 @@ async def accept_submit(
     now = srv.clock()
     job_id = f"j-{int(now * 1000):x}-{secrets.token_hex(4)}"
     spec = to_spec(body, job_id, tenant, now)
+    if body.after:  # the jobs it names, resolved (arrays to their elements); a name not stored is a 422
+        wanted = [(DependencyKind(d.kind), d.jobs) for d in body.after]
+        after = await run_in_threadpool(srv.store.resolve_dependencies, tenant, wanted, "body.after")
+        spec = dataclasses.replace(spec, after=after)
+    elements = array_elements(spec, body.array, srv.settings.max_array_size) if body.array else ()
     key = header_key or body.idempotency_key
+    sub = Submission(elements[0] if elements else spec, tuple(body.command), body.env, key, actor(who), elements)
     # Awaited, not blocked on: the writer thread commits this with whatever else was queued (group commit).
-    pending = srv.submits.enqueue(Submission(spec, tuple(body.command), body.env, key, actor(who)))
-    rec, created = await asyncio.wrap_future(pending)
+    rec, created = await asyncio.wrap_future(srv.submits.enqueue(sub))
     if created:
-        srv.metrics.submits.inc()  # the writer told the loop (a submit moves no node or assignment)
-    out = api.SubmitOut(job=job_out(rec), created=created)
+        srv.metrics.submits.inc(len(sub.jobs))  # the writer told the loop (a submit moves no node or assignment)
+    out = api.SubmitOut(job=job_out(rec), created=created, array_id=rec.spec.array_id or None, jobs=len(sub.jobs))
     return Response(out.model_dump_json(), status_code=201 if created else 200, media_type="application/json")
 
 
@@ -145,13 +152,19 @@ def list_jobs(
     tenant: Annotated[str | None, Query(max_length=128)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: Annotated[str | None, Query(max_length=128)] = None,
+    array: Annotated[str | None, Query(max_length=128)] = None,
 ) -> api.JobList:
     if not who.admin:
         tenant = who.tenant  # a tenant lists its own jobs, whatever it asks for
     if after is not None:
         _own_job(srv, who, after)
     jobs = srv.store.list_jobs(
-        tenant=tenant, state=None if state is None else JobState(state), pool=pool, limit=limit, after=after
+        tenant=tenant,
+        state=None if state is None else JobState(state),
+        pool=pool,
+        limit=limit,
+        after=after,
+        array_id=array,
     )
     return api.JobList(jobs=[job_out(j) for j in jobs], next_after=jobs[-1].job_id if len(jobs) == limit else None)
 
@@ -177,6 +190,35 @@ def cancel_job(job_id: str, srv: Srv, who: Who) -> api.JobOut:
             if getattr(e, "code", "") != "STALE_VERSION":
                 raise
     return job_out(_own_job(srv, who, job_id))
+
+
+def _own_array(srv: Server, who: Principal, array_id: str) -> api.ArrayOut:
+    a = srv.store.array_summary(array_id)
+    if not who.admin and a.tenant != who.tenant:
+        raise NotFoundError(f"array {array_id!r} is not stored")
+    return api.ArrayOut(array_id=a.array_id, tenant=a.tenant, size=a.size, cap=a.cap, states=a.states)
+
+
+@router.get("/arrays/{array_id}", response_model=api.ArrayOut)
+def get_array(array_id: str, srv: Srv, who: Who) -> api.ArrayOut:
+    """An array as one: its size, its cap and how many elements are in each state (list them with
+    ``GET /v1/jobs?array=ID``)."""
+    return _own_array(srv, who, array_id)
+
+
+@router.post("/arrays/{array_id}/cancel", response_model=api.ArrayOut)
+def cancel_array(array_id: str, srv: Srv, who: Who) -> api.ArrayOut:
+    """Cancel every element still pending, placed or running, in one transaction."""
+    _own_array(srv, who, array_id)
+    for attempt in range(5):  # the loop may place an element meanwhile: read again and cancel what is left
+        try:
+            srv.store.cancel_array(array_id, actor(who))
+            break
+        except GpupoolError as e:
+            if getattr(e, "code", "") != "STALE_VERSION" or attempt == 4:
+                raise
+    srv.loop.wake()
+    return _own_array(srv, who, array_id)
 
 
 @router.get("/jobs/{job_id}/events", response_model=api.EventList)

@@ -79,6 +79,8 @@ class Settings:
     # it) and submissions waiting for their commit (503 SUBMIT_QUEUE_FULL past it).
     max_pending_per_tenant: int = 100_000
     submit_queue_max: int = 20_000
+    # The most elements one array may have (Slurm's MaxArraySize is 1001: indices 0-1000); more is a 422.
+    max_array_size: int = 1001
     # How long a submission waits through a database failover (or a lost connection) before its 503.
     store_retry_s: float = 10.0
     # A file the scheduling loop appends its journal to (every event it applied, each cycle's inputs and
@@ -223,6 +225,8 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
     # The agent protocol refuses a negative grace, so one would fail every heartbeat that stops a workload.
     if settings.stop_grace_s < 0:
         raise where(("stop_grace_s",), f"setting 'stop_grace_s': {settings.stop_grace_s!r} is negative")
+    if not 1 <= settings.max_array_size <= 100_000:
+        raise where(("max_array_size",), f"setting 'max_array_size': {settings.max_array_size!r} is not in 1..100000")
     for setting, problem in _lease_problems(settings):
         raise where((setting,), f"setting {setting!r}: {problem}")
     if not 0 <= settings.port <= 65535:

@@ -157,9 +157,9 @@ class SubmitWriter:
                 continue
             if room is not None:
                 with self._lock:
-                    for res in results:
+                    for sub, res in zip(subs, results, strict=True):
                         if not isinstance(res, Exception) and res[1]:
-                            self._pending[res[0].spec.tenant] += 1
+                            self._pending[res[0].spec.tenant] += len(sub.jobs)  # an array: every element
             return results
 
     def _room(self, subs: list[Submission]) -> dict[str, int] | None:

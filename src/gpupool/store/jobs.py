@@ -150,6 +150,8 @@ class JobsMixin(StoreBase):
                         reason="",
                         created_s=now,
                         updated_s=now,
+                        array_id=spec.array_id or None,
+                        submitted_by=actor,
                     )
                 )
                 self._audit(s, actor, "job.submitted", f"job/{spec.job_id}", {"key": idempotency_key}, now)
@@ -191,9 +193,13 @@ class JobsMixin(StoreBase):
         pool: str | None = None,
         limit: int = 100,
         after: str | None = None,
+        array_id: str | None = None,
     ) -> list[JobRecord]:
-        """Jobs in (submit time, id) order; ``after`` is the last id of the previous page (keyset paging)."""
+        """Jobs in (submit time, id) order; ``after`` is the last id of the previous page (keyset paging);
+        ``array_id``: the elements of that array only (in index order: their submit times are)."""
         q = select(JobRow)
+        if array_id is not None:
+            q = q.where(JobRow.array_id == array_id)
         if tenant is not None:
             q = q.where(JobRow.tenant == tenant)
         if state is not None:

@@ -91,6 +91,9 @@ class JobRow(Base):
     updated_s: Mapped[float] = mapped_column(Float)
     # How many runs it was placed for (migration 0009): the current run's number once placed, 0 before.
     attempt: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The array it is an element of (migration 0010): queried and cancelled as one. NULL: no array.
+    array_id: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    submitted_by: Mapped[str] = mapped_column(String(128), default="", server_default="")  # the token, for accounting
 
 
 class JobAttemptRow(Base):

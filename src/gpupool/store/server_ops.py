@@ -39,7 +39,7 @@ from gpupool.store.records import JobRecord
 from gpupool.store.rows import AgentRow, AllocationRow, AuditRow, FabricRow, JobCommandRow, JobRow, TenantRow
 from gpupool.store.store import Store
 
-_ROWS_PER_INSERT = 1000  # 14 columns x 1,000 rows: well under PostgreSQL's 65,535 parameters a statement
+_ROWS_PER_INSERT = 1000  # 16 columns x 1,000 rows: well under PostgreSQL's 65,535 parameters a statement
 _JOB_COLUMNS = (
     "id",
     "tenant",
@@ -55,18 +55,27 @@ _JOB_COLUMNS = (
     "reason",
     "created_s",
     "updated_s",
+    "array_id",
+    "submitted_by",
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Submission:
-    """One job to store: its spec, command, idempotency key (None: none) and who submits it."""
+    """One job to store: its spec, command, idempotency key (None: none) and who submits it. An array is one
+    submission: ``elements`` (``spec`` the first of them) stored all or none, with one command for all of
+    them (kept under the array's id), the key on the first."""
 
     spec: JobSpec
     argv: tuple[str, ...]
     env: Mapping[str, str]
     idempotency_key: str | None
     actor: str
+    elements: tuple[JobSpec, ...] = ()
+
+    @property
+    def jobs(self) -> tuple[JobSpec, ...]:
+        return self.elements or (self.spec,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,36 +278,40 @@ class ServerOps:
             if spec.tenant not in known:
                 out[i] = UnknownNameError(f"unknown tenant {spec.tenant!r}")
                 continue
+            members = sub.jobs
             if room is not None and spec.tenant in room:
-                if room[spec.tenant] <= 0:
+                if room[spec.tenant] < len(members):
                     out[i] = TenantPendingLimitError(
                         f"tenant {spec.tenant!r} has as many pending jobs as a tenant may queue; retry as they start"
                     )
                     continue
-                room[spec.tenant] -= 1
-            # In _JOB_COLUMNS' order.
-            jobs.append(
-                (
-                    spec.job_id,
-                    spec.tenant,
-                    spec.pool,
-                    spec.name,
-                    int(spec.priority),
-                    pending,
-                    spec.submit_time_s,
-                    spec_to_json(spec),
-                    key,
-                    1,
-                    "",
-                    "",
-                    now,
-                    now,
-                )
-            )
+                room[spec.tenant] -= len(members)
             argv = list(sub.argv)
-            commands.append((spec.job_id, dumps(argv), dumps(dict(sub.env))))
-            data = dumps({"key": key, "argv": argv})
-            audits.append((now, sub.actor, "job.submitted", f"job/{spec.job_id}", data))
+            commands.append((spec.array_id or spec.job_id, dumps(argv), dumps(dict(sub.env))))
+            for n, member in enumerate(members):
+                # In _JOB_COLUMNS' order; the key on the first element only (it is unique per tenant).
+                jobs.append(
+                    (
+                        member.job_id,
+                        member.tenant,
+                        member.pool,
+                        member.name,
+                        int(member.priority),
+                        pending,
+                        member.submit_time_s,
+                        spec_to_json(member),
+                        key if n == 0 else None,
+                        1,
+                        "",
+                        "",
+                        now,
+                        now,
+                        member.array_id or None,
+                        sub.actor,
+                    )
+                )
+                data = dumps({"key": key, "argv": argv} if n == 0 else {"array": member.array_id})
+                audits.append((now, sub.actor, "job.submitted", f"job/{member.job_id}", data))
             rec = JobRecord(spec, JobState.PENDING, 1, key, "", "", now, now)
             out[i] = (rec, True)
             if key is not None:
@@ -336,9 +349,10 @@ class ServerOps:
             cur.execute(sql, [JobState.PENDING.value])
             return {str(t): int(n) for t, n in cur.fetchall()}
 
-    def command(self, job_id: str) -> JobCommand:
+    def command(self, job_id: str, array_id: str = "") -> JobCommand:
+        """A job's command; an array's elements share the one stored under ``array_id``."""
         with self.store._tx(write=False) as s:
-            row = s.get(JobCommandRow, job_id)
+            row = s.get(JobCommandRow, job_id) or (s.get(JobCommandRow, array_id) if array_id else None)
             if row is None:
                 raise NotFoundError(f"job {job_id!r} has no stored command")
             argv = loads(row.argv, f"command of job {job_id}")

@@ -14,6 +14,7 @@ from gpupool.domain.errors import InputError
 from gpupool.domain.jobs import MILLI_PER_GPU
 from gpupool.domain.states import JobState
 from gpupool.store.admin import AdminMixin, node_record, stored_fabric
+from gpupool.store.arrays import ArraysMixin
 from gpupool.store.commands import CommandsMixin
 from gpupool.store.jobs import allocation_from_rows, job_record
 from gpupool.store.lease import LeaseMixin
@@ -24,7 +25,7 @@ from gpupool.store.rows import AllocationRow, FabricRow, JobRow, NodeRow, UsageI
 _LIVE = (JobState.PENDING.value, JobState.PLACED.value, JobState.RUNNING.value)
 
 
-class Store(RanksMixin, AdminMixin, LeaseMixin, CommandsMixin):
+class Store(RanksMixin, ArraysMixin, AdminMixin, LeaseMixin, CommandsMixin):
     """The durable store. ``Store("sqlite:///data/gpupool.db")`` or ``Store("postgresql+psycopg://...")``.
 
     Call ``migrate()`` once at start-up. Every method is safe to call from several threads at once.
