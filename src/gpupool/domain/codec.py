@@ -1,9 +1,10 @@
 """Frozen dataclasses and enums <-> JSON-able values, for a record both worlds read (the loop's journal).
 
 One generic codec rather than a ``to_dict`` per type: a dataclass is ``{"_t": name, field: value, ...}``
-(only fields passed to its constructor), as is a named tuple, an enum ``{"_e": name, "v": value}``, a tuple a list, a frozenset
-``{"_s": [...]}``, a mapping ``{"_m": [[key, value], ...]}`` (keys need not be strings). Floats stay floats,
-NaN and infinities included (``json`` writes them as ``NaN``/``Infinity`` and reads them back). Decoding
+(only fields passed to its constructor), as is a named tuple; an enum is ``{"_e": name, "v": value}``, a
+tuple (or any other sequence, decoded as a tuple) a list, a frozenset ``{"_s": [...]}``, a mapping
+``{"_m": [[key, value], ...]}`` (keys need not be strings). Floats stay floats, NaN and infinities
+included (``json`` writes them as ``NaN``/``Infinity`` and reads them back). Decoding
 builds only the classes the ``Codec`` was given, by name, so a file cannot make it call anything else;
 whatever does not fit raises ``ValueError`` saying where. ``reachable(roots)`` gives the roots and every
 dataclass, named tuple and enum their fields' types name, so a type a new field brings in is known at once.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
 from types import MappingProxyType
 from typing import Any
@@ -46,7 +47,7 @@ class Codec:
         if _named_tuple(type(value)):
             self._known(type(value))
             return {"_t": type(value).__name__, **{k: self.encode(v) for k, v in value._asdict().items()}}
-        if isinstance(value, tuple | list):
+        if isinstance(value, Sequence):  # a tuple, a list, or a sequence class (decoded as a tuple)
             return [self.encode(v) for v in value]
         if isinstance(value, frozenset | set):
             return {"_s": sorted((self.encode(v) for v in value), key=repr)}
@@ -100,7 +101,8 @@ def _named_tuple(t: type) -> bool:
 
 def reachable(roots: Iterable[Any]) -> list[type]:
     """``roots`` (classes, or unions of them) and every dataclass, named tuple and enum named by their fields'
-    types, recursively: the types a codec for the roots needs."""
+    types (and by the generic bases of other classes there, such as a ``Sequence[X]``), recursively: the
+    types a codec for the roots needs."""
     out: dict[type, None] = {}
     todo = list(roots)
     while todo:
@@ -116,4 +118,6 @@ def reachable(roots: Iterable[Any]) -> list[type]:
             todo.extend(typing.get_type_hints(t).values())
         elif issubclass(t, Enum):
             out[t] = None
+        else:  # a class of its own, such as a Sequence[X]: what its generic bases name
+            todo.extend(getattr(t, "__orig_bases__", ()))
     return list(out)

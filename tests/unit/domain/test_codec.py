@@ -32,7 +32,7 @@ from gpupool.domain.sharing import Quota
 from gpupool.domain.states import JobState
 from gpupool.scheduler.journal import CODEC
 from gpupool.scheduler.settings import SchedulerSettings, scheduler_config, sharing_policy
-from gpupool.scheduler.types import ReasonCode, ScheduleResult, Signal, SignalKind, Waiting
+from gpupool.scheduler.types import ReasonCode, ScheduleResult, Signal, SignalKind, Waiting, Waits
 
 SPEC = JobSpec(
     "j1",
@@ -112,7 +112,7 @@ def test_a_schedule_result_round_trips_equal() -> None:
     result = ScheduleResult(
         (ALLOC,),
         (),
-        (Waiting("j2", ReasonCode.NO_CAPACITY, "needs 8 GPUs"),),
+        Waits((Waiting("j2", ReasonCode.NO_CAPACITY, "needs 8 GPUs"),)),
         42,
         (Signal("j3", SignalKind.CHECKPOINT, ReasonCode.QUOTA_RECLAIM, "q", 99.0),),
     )
