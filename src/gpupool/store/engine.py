@@ -47,6 +47,12 @@ _MULTI_HOST = re.compile(r"^(?P<head>[A-Za-z0-9+_.-]+://(?:[^/@]*@)?)(?P<hosts>[
 # A PostgreSQL member that neither accepts nor refuses (a paused or cut-off host) is given up after this long,
 # so the next host of a multi-host URL is tried: libpq's own default is to wait forever.
 CONNECT_TIMEOUT_S = 5
+# A transaction left open by a client that stopped (SIGSTOP, a partition) is ended by PostgreSQL after this
+# long idle, and with it its row locks: a leader paused inside a fenced write holds the leadership row FOR
+# SHARE, and the standby's takeover waited for it as long as the pause lasted (25 s in the chaos run). Our
+# transactions never wait on anything but the database between statements, so 5 s of idleness means the
+# client is gone; below the lease's 6 s, so a takeover is never held past the lease's expiry.
+IDLE_IN_TRANSACTION_S = 5
 
 
 def parse_url(url: str) -> URL:
@@ -91,15 +97,21 @@ def make_engine(url: str, *, busy_timeout_ms: int = 10_000) -> Engine:
 
 
 def postgres_url(parsed: URL) -> URL:
-    """A PostgreSQL URL with a connect timeout (``CONNECT_TIMEOUT_S``) unless it names its own, and, given several
-    hosts, ``target_session_attrs=read-write`` unless it says otherwise: the store writes, and libpq's default
-    (``any``) would keep the first member that answers, a standby as readily as the primary."""
-    extra = {}
+    """A PostgreSQL URL with what the store needs unless it says otherwise: a connect timeout
+    (``CONNECT_TIMEOUT_S``), an idle-in-transaction timeout (``IDLE_IN_TRANSACTION_S``, added to libpq's
+    ``options``) and, given several hosts, ``target_session_attrs=read-write``: the store writes, and libpq's
+    default (``any``) would keep the first member that answers, a standby as readily as the primary."""
+    extra: dict[str, str] = {}
     if "connect_timeout" not in parsed.query:
         extra["connect_timeout"] = str(CONNECT_TIMEOUT_S)
     if isinstance(parsed.query.get("host"), tuple) and "target_session_attrs" not in parsed.query:
         extra["target_session_attrs"] = "read-write"
-    return parsed.update_query_dict(extra) if extra else parsed
+    options = parsed.query.get("options", "")
+    options = " ".join(options) if isinstance(options, tuple) else options
+    if "idle_in_transaction_session_timeout" not in options:
+        timeout = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_S * 1000}"
+        extra["options"] = f"{options} {timeout}".strip()
+    return parsed.update_query_dict(extra)
 
 
 def _sqlite_setup(engine: Engine, path: str, busy_timeout_ms: int) -> None:
@@ -224,6 +236,8 @@ _POSTGRES = {
     "57P01": ("unreachable", True),
     "57P02": ("unreachable", True),
     "57P03": ("unreachable", True),
+    "25P03": ("unreachable", True),  # our idle transaction was ended (IDLE_IN_TRANSACTION_S): a paused client
+    "57P05": ("unreachable", True),  # an idle session ended by the server's idle_session_timeout
     "08": ("unreachable", True),
 }
 

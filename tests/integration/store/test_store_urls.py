@@ -1,21 +1,25 @@
 """Database URLs: libpq's multi-host form (the members of a Patroni cluster) reaches the member that takes writes,
-on the machine's real PostgreSQL, past a member that refuses and one that never answers."""
+on the machine's real PostgreSQL, past a member that refuses and one that never answers; and what the store adds
+to every PostgreSQL URL (a connect timeout, an idle-in-transaction timeout) and why."""
 
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
 from urllib.parse import quote, urlencode
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from databases import fresh_schema, pg_base_url
-from gpupool.domain.errors import InputError
+from gpupool.domain.errors import InputError, StoreUnavailableError
 from gpupool.domain.jobs import JobSpec
 from gpupool.store import Store
-from gpupool.store.engine import CONNECT_TIMEOUT_S, make_engine, parse_url
-from procs import free_port
+from gpupool.store.engine import CONNECT_TIMEOUT_S, make_engine, parse_url, store_fault
+from gpupool.store.engine import IDLE_IN_TRANSACTION_S as IDLE_S
+from procs import free_port, until
 
 
 def test_the_multi_host_form_becomes_host_query_pairs_and_keeps_the_rest() -> None:
@@ -69,3 +73,42 @@ def test_a_store_on_a_member_list_uses_the_member_that_answers(schema_url: str) 
             store.submit_job(JobSpec("via-the-list", tenant="acme"), None, actor="test")
         with Store(schema_url) as direct:
             assert [j.spec.job_id for j in direct.list_jobs()] == ["via-the-list"]
+
+
+def test_options_get_an_idle_in_transaction_timeout_beside_their_own() -> None:
+    url = make_engine("postgresql+psycopg://u@h/d?options=-csearch_path%3Ds1").url
+    assert url.query["options"] == f"-csearch_path=s1 -c idle_in_transaction_session_timeout={IDLE_S * 1000}"
+    mine = "-c idle_in_transaction_session_timeout=900"
+    assert make_engine(f"postgresql+psycopg://u@h/d?options={quote(mine)}").url.query["options"] == mine
+
+
+def test_a_client_that_stops_inside_a_transaction_loses_its_locks_to_the_database(schema_url: str) -> None:
+    """A leader paused (SIGSTOP) inside a fenced write holds the leadership row FOR SHARE; the standby's
+    takeover must not wait for it as long as the pause lasts. Here a store session takes a row FOR SHARE and
+    then does nothing at all: another session's UPDATE of that row goes through once PostgreSQL ends the idle
+    transaction (1 s here, through the URL; IDLE_IN_TRANSACTION_S by default), and the idle session is gone."""
+    real = make_url(schema_url)
+    options = f"{real.query['options']} -c idle_in_transaction_session_timeout=1000"
+    engine = make_engine(real.update_query_dict({"options": options}).render_as_string(hide_password=False))
+    other = make_engine(schema_url)
+    with other.begin() as admin:
+        admin.exec_driver_sql("CREATE TABLE held (id int PRIMARY KEY, v int)")
+        admin.exec_driver_sql("INSERT INTO held VALUES (1, 0)")
+    conn = engine.connect()
+    conn.exec_driver_sql("SELECT v FROM held WHERE id = 1 FOR SHARE")  # and then the client stops
+    done = threading.Event()
+
+    def writer() -> None:
+        with other.begin() as w:
+            w.exec_driver_sql("UPDATE held SET v = 1 WHERE id = 1")  # blocks while the share lock is held
+        done.set()
+
+    threading.Thread(target=writer, daemon=True).start()
+    until(done.is_set, 20, "the UPDATE once the idle transaction was ended")
+    with pytest.raises(sa.exc.DBAPIError, match="idle-in-transaction timeout") as woke:
+        conn.exec_driver_sql("SELECT 1")  # the client resumes: its transaction is gone, and so is the session
+    fault = store_fault(woke.value, engine.dialect.loaded_dbapi)  # what the store makes of it: a passing fault
+    assert isinstance(fault, StoreUnavailableError) and (fault.reason, fault.transient) == ("unreachable", True)
+    conn.invalidate()
+    engine.dispose()
+    other.dispose()
