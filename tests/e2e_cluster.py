@@ -39,6 +39,7 @@ from gpupool.fabric.generators import superpod
 from gpupool.scheduler import journal
 from isolation_support import python_for_others
 from procs import PY, SERVER, free_port, healthy, stop, until
+from tcp_proxy import TcpProxy
 
 ADMIN = "e2e-admin"
 HOSTS = ("dgx001", "dgx002", "dgx003", "dgx004")
@@ -46,9 +47,15 @@ LOST_AFTER_S = 3.0  # a loaded 2-core build box can delay a 0.2 s beat by a seco
 
 
 class Cluster:
-    def __init__(self, root: Path, fabric: Fabric | None = None, *, journal: bool = False, **settings: str) -> None:
+    def __init__(
+        self, root: Path, fabric: Fabric | None = None, *, replicas: int = 1, journal: bool = False, **settings: str
+    ) -> None:
         """``settings``: GPUPOOL_* variables of the server beyond the defaults below; ``fabric``: the stored
-        fabric and the agents' hosts (default ``superpod(1)``, whose first four hosts are ``HOSTS``)."""
+        fabric and the agents' hosts (default ``superpod(1)``, whose first four hosts are ``HOSTS``).
+        ``replicas`` > 1 starts that many servers on the one database ``settings`` must name
+        (GPUPOOL_DATABASE_URL), behind a round-robin ``TcpProxy``: agents and ``http`` reach them through it
+        (``url``), as through a load balancer."""
+        assert replicas == 1 or "GPUPOOL_DATABASE_URL" in settings, "replicas share a database: name it"
         self.root = root
         self.fabric = fabric or superpod(1)
         self.hosts = HOSTS if fabric is None else tuple(h.name for h in self.fabric.hosts)
@@ -60,23 +67,28 @@ class Cluster:
         (root / "data").mkdir()
         self.work = Path(tempfile.mkdtemp(prefix="gpupool-e2e-work-"))  # jobs' users may enter it, not list it
         self.work.chmod(0o711)
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
+        ports = [free_port() for _ in range(replicas)]
         env = dict(
             os.environ,
             GPUPOOL_DATA_DIR=str(root / "data"),
             GPUPOOL_ADMIN_TOKEN=ADMIN,
-            GPUPOOL_PORT=str(port),
+            GPUPOOL_PORT=str(ports[0]),
             GPUPOOL_HEARTBEAT_INTERVAL_S="0.2",
             GPUPOOL_NODE_LOST_AFTER_S=str(LOST_AFTER_S),
             GPUPOOL_SCHEDULE_PERIOD_S="0.2",
             GPUPOOL_STOP_GRACE_S="1.0",  # SIGTERM -> SIGKILL after 1 s: the cancel test waits 15 s, not 30
         )
         env.update(settings)
-        self.env = env
-        self.server = subprocess.Popen([PY, "-c", SERVER], env=env)
+        self.env = env  # the first replica's; ``envs[i]`` is replica i's (its own port)
+        self.envs = [dict(env, GPUPOOL_PORT=str(p)) for p in ports]
+        self.server_urls = [f"http://127.0.0.1:{p}" for p in ports]
+        self.servers = [subprocess.Popen([PY, "-c", SERVER], env=e) for e in self.envs]  # one migrates (a lock)
+        for i in range(replicas):
+            self._until_up(i)
+        self.server = self.servers[0]
+        self.proxy = TcpProxy([("127.0.0.1", p) for p in ports]) if replicas > 1 else None
+        self.url = self.proxy.url if self.proxy is not None else self.server_urls[0]
         self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
-        until(lambda: healthy(self.http), 30, "server up")
         r = self.http.put(
             "/v1/fabric", content=self.fabric_path.read_text(), headers={"Content-Type": "application/json"}
         )
@@ -84,6 +96,10 @@ class Cluster:
         self.join = self.http.post("/v1/join-tokens", json={}).json()["token"]
         assert self.http.post("/v1/tenants", json={"name": "acme"}).status_code == 201
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _until_up(self, i: int, timeout_s: float = 60) -> None:
+        with httpx.Client(base_url=self.server_urls[i], timeout=10) as direct:
+            until(lambda: healthy(direct), timeout_s, f"server {self.server_urls[i]} up")
 
     def start_agent(self, host: str, url: str | None = None, extra: tuple[str, ...] = ()) -> None:
         """An emulated agent for ``host`` talking to ``url`` (this cluster's server unless given: a replica's);
@@ -93,10 +109,13 @@ class Cluster:
         argv += ["--work-dir", str(self.work / host), *extra]
         self.agents[host] = subprocess.Popen([*argv, "--stop-workloads-on-exit"], stderr=subprocess.DEVNULL)
 
-    def restart(self) -> None:
-        """Start the server again (after a kill): same settings, same port."""
-        self.server = subprocess.Popen([PY, "-c", SERVER], env=self.env)
-        until(lambda: healthy(self.http), 30, "server back")
+    def restart(self, i: int = 0, wait: bool = True) -> None:
+        """Start server ``i`` again (after a kill): same settings, same port; with ``wait``, until it answers."""
+        self.servers[i] = subprocess.Popen([PY, "-c", SERVER], env=self.envs[i])
+        if i == 0:
+            self.server = self.servers[0]
+        if wait:
+            self._until_up(i, 30)
 
     def replica(self) -> tuple[subprocess.Popen[bytes], str]:
         """Another server process on this cluster's settings and another port (one database: pass
@@ -195,7 +214,10 @@ class Cluster:
             if now is not None and now[0] == rec["start_ticks"]:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(rec["pid"], signal.SIGKILL)
-        stop(self.server, 15)
+        for server in {*self.servers, self.server}:  # a test may have replaced ``server``
+            stop(server, 15)
+        if self.proxy is not None:
+            self.proxy.close()
         self.http.close()
         shutil.rmtree(self.work, ignore_errors=True)
 
