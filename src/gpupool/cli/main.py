@@ -39,6 +39,7 @@ COMMANDS: dict[str, Entry] = {
     "submit": Entry(
         _CLI, "submit", "Submit a job: flags and an argv after --, or a YAML job file (flags override the file)."
     ),
+    "spec": Entry("gpupool.cli.spec", "app", "The job spec: its JSON Schema, and a check of job files."),
     "jobs": Entry(_CLI, "jobs", "List your jobs (an admin sees every tenant's)."),
     "job": Entry(
         _CLI, "job", "Show one job, why it waits, and what happened to it (its events: placed, requeued and why, ...)."

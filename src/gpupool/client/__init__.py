@@ -10,8 +10,8 @@ from gpupool.client.http import (
     ClientConfig,
     ServerDownError,
     load_client_config,
-    read_job_file,
 )
+from gpupool.client.jobfile import job_schema, read_job_file
 
 __all__ = [
     "ApiError",
@@ -19,6 +19,7 @@ __all__ = [
     "Client",
     "ClientConfig",
     "ServerDownError",
+    "job_schema",
     "load_client_config",
     "read_job_file",
 ]

@@ -64,34 +64,6 @@ def load_client_config(env: Mapping[str, str] | None = None, path: str | Path | 
     return ClientConfig(server.rstrip("/"), token)
 
 
-def read_job_file(path: str | Path) -> api.JobSubmit:
-    """A YAML job file checked against the API's job model; a bad field is a ParseError naming file and line."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ParseError(f"the job file is not UTF-8 text (byte {e.start})", source=source) from None
-    except OSError as e:
-        raise ParseError(f"cannot read the job file: {e.strerror}", source=source) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise ParseError(
-            f"not YAML: {getattr(e, 'problem', e)}", source=source, line=None if mark is None else mark.line + 1
-        ) from None
-    if not isinstance(data, dict):
-        raise ParseError("a job file is a mapping of job fields (command:, gpus_per_task:, ...)", source=source, line=1)
-    try:
-        return api.JobSubmit.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        top = str(err["loc"][0]) if err["loc"] else ""
-        line = next((i + 1 for i, t in enumerate(text.splitlines()) if t.startswith(f"{top}:")), None)
-        raise ParseError(f"{loc}: {err['msg']}", source=source, line=line) from None
-
-
 class Client:
     def __init__(self, config: ClientConfig, *, timeout_s: float = 10.0, transport: httpx.BaseTransport | None = None):
         headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}

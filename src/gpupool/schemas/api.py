@@ -15,10 +15,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
 
 from gpupool.domain.errors import InputError
 from gpupool.domain.labels import check_labels
+from gpupool.domain.units import parse_duration, parse_memory_mib
 from gpupool.domain.workload import check_command, command_size, env_size
 
 DEFAULT_RETRY_ON: tuple[Literal["failure", "node_lost", "preemption"], ...] = ("failure", "node_lost")
@@ -37,6 +48,44 @@ def storable_text(value: str) -> str:
 
 Text = Annotated[str, AfterValidator(storable_text)]
 
+# The job spec's version: what a job file or request that gives none means. Another is refused, never guessed.
+SPEC_VERSION = 1
+
+
+def _human(parse: Callable[[str], float | int]) -> Callable[[object], object]:
+    """A validator that reads a unit-bearing string (``4h``, ``64Gi``) with ``parse``; numbers pass as they are."""
+
+    def read(value: object) -> object:
+        if isinstance(value, str):
+            try:
+                return parse(value)
+            except InputError as e:
+                raise ValueError(e.reason) from None
+        return value
+
+    return read
+
+
+# Human units in the job spec (``memory: 64Gi``, ``time_limit: 1h30m``), a number still meaning MiB or seconds;
+# the older names with the unit in them (``memory_mib``, ``time_limit_s``) are still read.
+# The JSON Schema says what a job file may hold; the server's parsers decide (and name what is wrong).
+_MEMORY_TEXT = r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][Ii]?[Bb]?|[Bb])?\s*$"
+_DURATION_TEXT = r"^\s*(\d+(\.\d+)?\s*[smhdwSMHDW]\s*)+$|^\s*\d+(\.\d+)?\s*$"
+MiB = Annotated[
+    int,
+    BeforeValidator(_human(parse_memory_mib)),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": _MEMORY_TEXT}]}),
+]
+Seconds = Annotated[
+    float,
+    BeforeValidator(_human(parse_duration)),
+    WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": _DURATION_TEXT}]}),
+]
+
+
+def _named(name: str, old: str) -> AliasChoices:
+    return AliasChoices(name, old)
+
 
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -47,8 +96,10 @@ class _Out(BaseModel):
 
 
 class ShareIn(_In):
-    milli_gpu: int = Field(default=0, ge=0, le=1000)
-    memory_mib: int = Field(default=0, ge=0, le=10_000_000)
+    milli_gpu: int = Field(default=0, ge=0, le=1000, description="thousandths of one GPU")
+    memory_mib: MiB = Field(
+        default=0, ge=0, le=10_000_000, validation_alias=_named("memory", "memory_mib"), description="GPU memory: 20Gi"
+    )
 
 
 class TopologyIn(_In):
@@ -78,35 +129,71 @@ class DependencyIn(_In):
 
 
 class JobSubmit(_In):
-    """A job as a tenant submits it. ``command`` is an argv list, run without a shell."""
+    """A job as a tenant submits it (the job file's fields). ``command`` is an argv list, run without a shell."""
 
-    command: list[Text] = Field(min_length=1, max_length=1024)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, title="gpupool job")
+
+    version: int = Field(
+        default=SPEC_VERSION, description="the job spec's version; only 1 exists", json_schema_extra={"enum": [1]}
+    )
+    command: list[Text] = Field(min_length=1, max_length=1024, description="the argv each task runs (no shell)")
     env: dict[Text, Text] = Field(default_factory=dict, max_length=256, validate_default=True)
     name: Text = Field(default="", max_length=256)
-    tenant: Text | None = Field(default=None, min_length=1, max_length=128)  # admins only: on whose behalf
+    tenant: Text | None = Field(default=None, min_length=1, max_length=128, description="admins only: on whose behalf")
     pool: Text = Field(default="default", min_length=1, max_length=128)
-    tasks: int = Field(default=1, ge=1, le=4096)
+    tasks: int = Field(default=1, ge=1, le=4096, description="ranks of the gang, placed all at once")
     gpus_per_task: int = Field(default=1, ge=1, le=64)
     priority: PriorityName = "normal"
     cpu_millicores: int = Field(default=0, ge=0, le=10_000_000)
-    memory_mib: int = Field(default=0, ge=0, le=1_000_000_000)
-    share: ShareIn | None = None
+    memory_mib: MiB = Field(
+        default=0,
+        ge=0,
+        le=1_000_000_000,
+        validation_alias=_named("memory", "memory_mib"),
+        description="host memory per task: 64Gi, 512Mi, 16GB; a number is MiB",
+    )
+    share: ShareIn | None = Field(default=None, description="a fraction of one GPU instead of whole GPUs")
     gpu_models: list[Text] = Field(default_factory=list, max_length=64)
     node_selector: dict[Text, Text] = Field(default_factory=dict, max_length=64)
     topology: TopologyIn = TopologyIn()
     rail_aligned: bool = False
     preemptible: bool = False
-    estimated_runtime_s: float | None = Field(default=None, gt=0, le=1e9)
-    deadline_s: float | None = Field(default=None, ge=0, le=1e12)
+    estimated_runtime_s: Seconds | None = Field(
+        default=None, gt=0, le=1e9, validation_alias=_named("estimated_runtime", "estimated_runtime_s")
+    )
+    deadline_s: float | None = Field(default=None, ge=0, le=1e12, description="finish by, epoch seconds")
     min_tasks: int | None = Field(default=None, ge=1, le=4096)
     scaling: Literal["none", "linear"] = "none"
     idempotency_key: Text | None = Field(default=None, min_length=1, max_length=256)
-    time_limit_s: float | None = Field(default=None, gt=0, le=1e9)  # stopped this long after it started (timeout)
-    signal_lead_s: float | None = Field(default=None, ge=0, le=1e9)  # its checkpoint signal, before the limit
+    time_limit_s: Seconds | None = Field(
+        default=None,
+        gt=0,
+        le=1e9,
+        validation_alias=_named("time_limit", "time_limit_s"),
+        description="stopped this long after it starts (state timeout): 4h, 1h30m, 90s; a number is seconds",
+    )
+    signal_lead_s: Seconds | None = Field(
+        default=None,
+        ge=0,
+        le=1e9,
+        validation_alias=_named("signal_lead", "signal_lead_s"),
+        description="its checkpoint signal comes this long before the time limit: 5m",
+    )
     retry: RetryIn | None = None
-    # An array: one job per index (Slurm's --array: 0-199%16, 0-198:2, 1,3,5-7), each with GPUPOOL_ARRAY_INDEX.
-    array: Text | None = Field(default=None, min_length=1, max_length=4096)
-    after: list[DependencyIn] = Field(default_factory=list, max_length=64)  # every one must be met
+    array: Text | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="one job per index (Slurm's --array: 0-199%16, 0-198:2, 1,3,5-7), each with GPUPOOL_ARRAY_INDEX",
+    )
+    after: list[DependencyIn] = Field(default_factory=list, max_length=64, description="every one must be met")
+
+    @field_validator("version")
+    @classmethod
+    def _known_version(cls, version: int) -> int:
+        if version != SPEC_VERSION:
+            raise ValueError(f"job spec version {version} is not supported (this gpupool reads version {SPEC_VERSION})")
+        return version
 
     # What a node will run is checked here, at the door, with the rules the agent applies again before it
     # starts anything: a NUL, an '=' in a variable name or an over-long argument is a 422 naming the field
