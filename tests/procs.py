@@ -81,7 +81,15 @@ def stop(p: subprocess.Popen[Any], timeout_s: float = 20) -> None:
 class ServerProc:
     """One ``gpupool server`` process; ``env`` adds GPUPOOL_* settings. Waits until it answers /healthz."""
 
-    def __init__(self, url: str, data: Path, log: Path, env: dict[str, str] | None = None, wait_s: float = 60) -> None:
+    def __init__(
+        self,
+        url: str,
+        data: Path,
+        log: Path,
+        env: dict[str, str] | None = None,
+        wait_s: float = 60,
+        soft_nofile: int | None = None,  # start it with this soft RLIMIT_NOFILE (what a login shell gives, say)
+    ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log
@@ -97,8 +105,9 @@ class ServerProc:
             **(env or {}),
         }
         self.log = log.open("a")
+        limit = None if soft_nofile is None else ["prlimit", f"--nofile={soft_nofile}:", "--"]
         self.proc = subprocess.Popen(
-            [PY, "-m", "gpupool", "server"], env=full, stdout=self.log, stderr=subprocess.STDOUT
+            [*(limit or ()), PY, "-m", "gpupool", "server"], env=full, stdout=self.log, stderr=subprocess.STDOUT
         )
         if wait_s:
             wait_for(self.answers, wait_s, f"server on port {self.port}")

@@ -9,14 +9,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import uvicorn
 
 from gpupool.domain.errors import InputError, StoreUnavailableError
 from gpupool.server.app import create_app
 from gpupool.server.logs import log_config
+from gpupool.server.serve import serve
 from gpupool.server.settings import Settings, load_settings, print_config
-
-SHUTDOWN_GRACE_S = 3  # seconds in-flight requests get to finish once the server is told to stop
 
 
 def _check_tls(settings: Settings) -> None:
@@ -61,20 +59,8 @@ def server(
     # A fatal signal (SIGSEGV, SIGBUS: a mapped file truncated under SQLite) leaves every thread's stack on
     # stderr instead of a silent death.
     faulthandler.enable()
-    # A bounded graceful shutdown: agents' commands long-polls stay open up to command_wait_s, and uvicorn would
-    # otherwise wait for every one of them; cut off, an agent reconnects (to this server restarted, or a standby).
     try:
         app = create_app(settings)
     except StoreUnavailableError as e:  # the first contact with the database: name the setting to fix
         raise InputError(e.message, source="database_url") from None
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        log_config=None,
-        access_log=settings.access_log,
-        ssl_certfile=settings.tls_cert or None,
-        ssl_keyfile=settings.tls_key or None,
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
-    )
+    serve(app, settings)

@@ -13,6 +13,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Annotated
 
 from fastapi import FastAPI, Header, Request
@@ -34,7 +35,8 @@ from gpupool.domain.errors import (
 from gpupool.schemas import agent as proto
 from gpupool.schemas import api
 from gpupool.server.auth import bearer
-from gpupool.server.core import build_server
+from gpupool.server.core import Server, build_server
+from gpupool.server.door import AuthFailures, BodyLimit
 from gpupool.server.fastsubmit import SubmitFastPath
 from gpupool.server.gateway import AuthError, ProtocolUnsupportedError
 from gpupool.server.logs import RequestIds
@@ -97,6 +99,17 @@ def _errors() -> dict[int | str, dict[str, object]]:
     return {code: {"model": api.ErrorOut} for code in (400, 401, 403, 404, 409, 429, 503)}
 
 
+async def is_admin(srv: Server, authorization: str) -> bool | None:
+    """Whether ``authorization`` carries an admin token, None a token of nobody (the body limit's check)."""
+    try:
+        who = srv.auth.cached(authorization)
+        if who is None:
+            who = await run_in_threadpool(srv.auth.principal, authorization)
+    except AuthError:
+        return None
+    return who.admin
+
+
 def create_app(
     settings: Settings,
     *,
@@ -122,6 +135,16 @@ def create_app(
     app.include_router(router)
     # JSON submits skip FastAPI's per-request machinery (see fastsubmit); the route above serves the rest.
     app.add_middleware(SubmitFastPath, server=srv, error_response=error_response)
+    # The door (see door.py), outside the fast path: a body past its limit is refused before any of it is
+    # read, and (outside that) a flood of bad tokens before any check of them.
+    app.add_middleware(
+        BodyLimit,
+        max_body_bytes=settings.max_body_bytes,
+        max_admin_body_bytes=settings.max_admin_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+        is_admin=partial(is_admin, srv),
+    )
+    app.add_middleware(AuthFailures, burst=settings.auth_fail_burst, per_s=settings.auth_fail_per_s)
     # Outermost: every request, the fast path's included, gets its id before anything logs.
     app.add_middleware(RequestIds)
     # The dashboard at / and /ui, behind the same tokens, with the gateway's latest samples per host.

@@ -86,6 +86,18 @@ class Settings:
     # A file the scheduling loop appends its journal to (every event it applied, each cycle's inputs and
     # decisions; ``gpupool sim replay FILE`` checks them): "" = none. Grows with every heartbeat.
     journal_path: str = ""
+    # -- the door (server/door.py, server/serve.py): what a connection or a request may cost ----------------------
+    max_body_bytes: int = 1 << 20  # a request body past this is a 413 BODY_TOO_LARGE, refused before it is read
+    max_admin_body_bytes: int = 64 << 20  # an admin token's body (a fabric import), the token checked first
+    body_timeout_s: float = 30.0  # a body must arrive whole within this (408 BODY_TIMEOUT)
+    header_timeout_s: float = 10.0  # a connection's next request line and headers within this, or it is closed
+    max_header_bytes: int = 64 << 10  # request line and headers past this: 431, closed
+    keep_alive_s: int = 5  # an idle keep-alive connection is closed after this (uvicorn's timeout_keep_alive)
+    limit_concurrency: int = 10_000  # connections or requests at once past this get 503 (0: no limit)
+    backlog: int = 2048  # the listen queue: connections the kernel holds before they are accepted
+    max_open_files: int = 65_536  # the server raises its soft RLIMIT_NOFILE to this (at most the hard limit)
+    auth_fail_burst: int = 20  # failed authentications a token or an address may have at once (0: no limit)
+    auth_fail_per_s: float = 1.0  # and more each second; past that a 429 AUTH_RATE_LIMITED with Retry-After
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)  # what decides (also ``gpupool sim``)
 
     @property
@@ -231,6 +243,8 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
         raise where((setting,), f"setting {setting!r}: {problem}")
     if not 0 <= settings.port <= 65535:
         raise where(("port",), f"setting 'port': {settings.port} is not a TCP port (0 to 65535)")
+    for setting, problem in _door_problems(settings):
+        raise where((setting,), f"setting {setting!r}: {problem}")
     for name, problem in problems(settings.scheduler):
         raise where(("scheduler", name), f"setting 'scheduler.{name}': {problem}")
     return settings
@@ -246,6 +260,22 @@ def _lease_problems(s: Settings) -> list[tuple[str, str]]:
         out.append(("lease_renew_s", f"{s.lease_renew_s!r} must be above 0 and below lease_ttl_s ({s.lease_ttl_s!r})"))
     if s.leader_retry_s <= 0:
         out.append(("leader_retry_s", f"{s.leader_retry_s!r} must be above 0"))
+    return out
+
+
+def _door_problems(s: Settings) -> list[tuple[str, str]]:
+    positive = ("max_body_bytes", "body_timeout_s", "header_timeout_s", "max_header_bytes", "keep_alive_s")
+    out = [(n, f"{getattr(s, n)!r} must be above 0") for n in positive if getattr(s, n) <= 0]
+    out += [
+        (n, f"{getattr(s, n)!r} is negative") for n in ("limit_concurrency", "auth_fail_burst") if getattr(s, n) < 0
+    ]
+    if s.auth_fail_per_s < 0:
+        out.append(("auth_fail_per_s", f"{s.auth_fail_per_s!r} is negative"))
+    if s.max_admin_body_bytes < s.max_body_bytes:
+        out.append(("max_admin_body_bytes", f"{s.max_admin_body_bytes!r} is below max_body_bytes ({s.max_body_bytes})"))
+    for name in ("backlog", "max_open_files"):
+        if getattr(s, name) < 1:
+            out.append((name, f"{getattr(s, name)!r} must be at least 1"))
     return out
 
 

@@ -61,3 +61,19 @@ def test_an_unknown_policy_or_placer_is_refused_before_the_store_is_opened(tmp_p
     with pytest.raises(ParseError, match=r"setting 'scheduler\.placer': 'tight'"):
         build_server(Settings(data_dir=str(tmp_path / "b"), scheduler=SchedulerSettings(placer="tight")))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"GPUPOOL_MAX_BODY_BYTES": "0"}, "'max_body_bytes': 0 must be above 0"),
+        ({"GPUPOOL_MAX_ADMIN_BODY_BYTES": "10"}, "'max_admin_body_bytes': 10 is below max_body_bytes"),
+        ({"GPUPOOL_HEADER_TIMEOUT_S": "-1"}, "'header_timeout_s': -1.0 must be above 0"),
+        ({"GPUPOOL_AUTH_FAIL_PER_S": "-0.5"}, "'auth_fail_per_s': -0.5 is negative"),
+        ({"GPUPOOL_BACKLOG": "0"}, "'backlog': 0 must be at least 1"),
+    ],
+)
+def test_a_bad_door_setting_is_one_error_naming_it(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ParseError, match=message) as e:
+        load_settings(env=env)
+    assert e.value.source == next(iter(env))
