@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Literal, ParamSpec, TypeVar
 
 from gpupool import __version__
+from gpupool.agent.containers import ContainerRuntime, containerize
 from gpupool.agent.emulated import EmulatedNode
 from gpupool.agent.gpu import FileGpuProbe, GpuProbe
 from gpupool.agent.health import NodeHealth, assess_node
@@ -99,6 +100,7 @@ class AgentSettings:
     thresholds: HealthRules = field(default_factory=HealthRules)
     labels: Mapping[str, str] = field(default_factory=dict)  # registered with the node (--label, a labels file)
     isolation: Isolation = field(default_factory=Isolation)  # who workloads run as, and how they are held
+    containers: ContainerRuntime | None = None  # runs the jobs that name an image (None: this node cannot)
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,12 +447,25 @@ class Agent:
             return  # launched before (perhaps by an earlier agent on this state dir): never twice
         meta = _Meta(cmd.job_id, tuple(cmd.gpus))
         self._write_meta(aid, meta)  # before the child exists, so a crash right after still knows its job
-        env = {**self._base_env, **cmd.env, "GPUPOOL_ASSIGNMENT_ID": aid}
+        # A container gets the job's variables only: the node's PATH, LANG, ... are not the image's.
+        env = {**(self._base_env if cmd.container is None else {}), **cmd.env, "GPUPOOL_ASSIGNMENT_ID": aid}
         try:
             check_command(cmd.argv, env)  # the API checked it too; a node does not rely on that
             gpus = self.sources.gpus.inventory() if self.sources.gpus is not None else ()
             env, confine = self.settings.isolation.plan(cmd, env, gpus, self.work_root)
-            h = self.runtime.launch(aid, cmd.argv, env, confine=confine, files=launch_files(cmd))
+            argv: Sequence[str] = cmd.argv
+            if cmd.container is not None:
+                argv, env, confine = containerize(
+                    self.settings.containers,
+                    cmd,
+                    env,
+                    confine,
+                    gpus,
+                    self.runtime.state_dir,
+                    self.log,
+                    self.settings.isolation.dev_dir,
+                )
+            h = self.runtime.launch(aid, argv, env, confine=confine, files=launch_files(cmd))
         except Exception as e:  # whatever a tenant sent, the job fails with a reason and the agent stays up
             why = _launch_failure(cmd.argv, e)
             self.log(f"{aid}: not started: {why}")

@@ -12,6 +12,11 @@ with ``Limits`` (when the runtime has a cgroup backend). Every workload starts t
 (``agent/launcher.py``), which joins the cgroup, drops privileges and execs; never through a shell: argv is
 a list and is executed as given. With a cgroup, stopping signals every process in it and SIGKILL goes
 through the cgroup, so nothing a workload forked (or ``setsid``-ed away) survives its stop.
+
+A workload in a container (``agent/containers.py``) is its runtime's process (``podman run``), started the
+same way; its ``ContainerHold`` says whether the launcher keeps root for it and how the container, which
+the runtime keeps outside the process group and cgroup, is removed: after the workload ends, and with its
+SIGKILL.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
@@ -41,6 +46,8 @@ _POLL_S = 0.01
 LAUNCHER = Path(__file__).with_name("launcher.py")
 _KILL_WAIT_S = 1.0  # the agent loop waits this long for SIGKILLed processes to go, then looks again later
 LAUNCH_TIMEOUT_S = 30.0  # from fork to exec; a launcher stuck longer is killed and the launch fails
+_TEARDOWN_TIMEOUT_S = 60.0  # a container runtime's removal of one container
+_TEARDOWN_RETRY_S = 5.0  # a failed removal is tried again at most this often (each try blocks the agent loop)
 _STEPS = {"cgroup": "joining its cgroup", "user": "becoming its user", "chdir": "entering its working directory"}
 
 
@@ -59,6 +66,22 @@ class Confinement:
     limits: Limits | None = None  # None: no cgroup of its own
     umask: int | None = None
     no_new_privs: bool = False
+    container: ContainerHold | None = None  # argv starts a container runtime, which holds the workload
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerHold:
+    """A container runtime between the launcher and the workload (``agent/containers.py`` builds it).
+
+    ``runtime_as_root``: the launcher execs the runtime as the agent's user (root), not as ``run_as``: a
+    rootful Podman switches to the job's user itself (``--user``) and needs root to create the container.
+    ``teardown`` (run with ``env``) removes what the runtime keeps outside the workload's process group and
+    cgroup (Podman's conmon and container), idempotently: after the workload's end, and after its SIGKILL.
+    """
+
+    teardown: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    runtime_as_root: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +94,7 @@ class WorkloadHandle:
     workdir: Path | None = None
     cgroup: JobCgroup | None = None
     memory_mib: int = 0  # its limit, for the reason when the kernel kills it over it
+    container: ContainerHold | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +114,14 @@ def process_start_ticks(pid: int) -> tuple[int, str] | None:
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
     fields = raw[raw.rindex(")") + 2 :].split()
     return int(fields[19]), fields[0]  # fields 22 and 3 of the full line
+
+
+def _hold_from_record(raw: object) -> ContainerHold | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise TypeError(f"container: {raw!r}")
+    return ContainerHold(tuple(str(a) for a in raw["teardown"]), {str(k): str(v) for k, v in raw["env"].items()})
 
 
 def _write_json(path: Path, data: Mapping[str, object]) -> None:
@@ -118,6 +150,8 @@ class WorkloadRuntime:
         self._status: dict[str, WorkloadStatus] = {}
         self._stopping: set[str] = set()  # asked to stop: its processes get their grace period
         self._cleaned: set[str] = set()  # over, and its cgroup and working directory are gone
+        self._torn: set[str] = set()  # its container removed (ContainerHold.teardown ran and succeeded)
+        self._teardown_at: dict[str, float] = {}  # a failed teardown's next try (monotonic)
         for d in sorted(p for p in self.state_dir.iterdir() if (p / "launch.json").is_file()):
             self._recover(d)
 
@@ -140,6 +174,7 @@ class WorkloadRuntime:
                 Path(meta["workdir"]) if meta.get("workdir") else None,
                 cgroup_from_record(cg) if cg else None,
                 int(meta.get("memory_mib", 0)),
+                _hold_from_record(meta.get("container")),
             )
         except (ValueError, KeyError, TypeError, InputError) as e:
             raise ParseError(f"not a launch record: {e}", source=str(d / "launch.json"), line=1) from e
@@ -186,11 +221,38 @@ class WorkloadRuntime:
                 h.cgroup.remove()
             except OSError:
                 return  # just-killed tasks not yet released: the next poll removes it
-        elif h.workdir is not None and self._group_alive(h.pid):
+        elif (h.workdir is not None or h.container is not None) and self._group_alive(h.pid):
+            return
+        if not self._teardown(aid):
             return
         if h.workdir is not None:
             shutil.rmtree(h.workdir, ignore_errors=True)  # never follows a symlink the workload left there
         self._cleaned.add(aid)
+
+    def _teardown(self, aid: str) -> bool:
+        """Remove the rank's container (if its runtime keeps one); False while that has not succeeded."""
+        hold = self._handles[aid].container
+        if hold is None or not hold.teardown or aid in self._torn:
+            return True
+        if time.monotonic() < self._teardown_at.get(aid, 0.0):
+            return False
+        try:
+            done = subprocess.run(
+                hold.teardown,
+                env=dict(hold.env),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=_TEARDOWN_TIMEOUT_S,
+                check=False,
+            )
+            ok = done.returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if not ok:
+            self._teardown_at[aid] = time.monotonic() + _TEARDOWN_RETRY_S
+            return False
+        self._torn.add(aid)
+        return True
 
     def _workdir(self, aid: str, confine: Confinement) -> Path | None:
         if confine.work_root is None:
@@ -255,8 +317,17 @@ class WorkloadRuntime:
         stat = process_start_ticks(child.pid)
         mem = confine.limits.memory_mib if confine.limits is not None else 0
         h = WorkloadHandle(
-            assignment_id, child.pid, stat[0] if stat else -1, d / "stdout.log", d / "stderr.log", workdir, cgroup, mem
+            assignment_id,
+            child.pid,
+            stat[0] if stat else -1,
+            d / "stdout.log",
+            d / "stderr.log",
+            workdir,
+            cgroup,
+            mem,
+            confine.container,
         )
+        hold = confine.container
         record = {
             "argv": list(argv),
             "pid": h.pid,
@@ -264,6 +335,7 @@ class WorkloadRuntime:
             "workdir": str(workdir) if workdir else None,
             "cgroup": cgroup.record() if cgroup else None,
             "memory_mib": mem,
+            "container": {"teardown": list(hold.teardown), "env": dict(hold.env)} if hold else None,
         }
         _write_json(d / "launch.json", record)
         self._children[assignment_id] = child
@@ -281,7 +353,8 @@ class WorkloadRuntime:
         cgroup: JobCgroup | None,
     ) -> subprocess.Popen[bytes]:
         """Fork the launcher, hand it the launch over a socket, and wait until it has exec'd (or says why not)."""
-        run_as = confine.run_as
+        as_root = confine.container is not None and confine.container.runtime_as_root
+        run_as = None if as_root else confine.run_as
         spec = {
             "argv": list(argv),
             "env": dict(env),
@@ -291,7 +364,7 @@ class WorkloadRuntime:
             "gid": run_as.gid if run_as else None,
             "groups": list(run_as.groups) if run_as else [],
             "umask": confine.umask,
-            "no_new_privs": confine.no_new_privs,
+            "no_new_privs": confine.no_new_privs and not as_root,
         }
         launcher = [self.python, "-I", "-S", "-X", "utf8", str(LAUNCHER)]
         ours, theirs = socket.socketpair()
@@ -412,9 +485,12 @@ class WorkloadRuntime:
             self._stopping.add(assignment_id)
         if h.cgroup is not None and sig is signal.SIGKILL:
             h.cgroup.kill(_KILL_WAIT_S)
+            self._teardown(assignment_id)  # a container outside the cgroup: its runtime's conmon holds it
         elif h.cgroup is not None and sig is signal.SIGTERM:
             h.cgroup.signal_all(sig)
         else:
             with contextlib.suppress(ProcessLookupError):  # already gone: nothing to stop
                 os.killpg(h.pid, sig)  # start_new_session: the leader's pid is the group id
+            if sig is signal.SIGKILL:
+                self._teardown(assignment_id)  # the runtime is killed: its container is not, remove it
         return True

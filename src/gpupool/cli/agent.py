@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from gpupool.agent.cgroups import CgroupBackend, detect
+from gpupool.agent.containers import find_runtime
 from gpupool.agent.daemon import (
     Agent,
     AgentSettings,
@@ -125,6 +126,13 @@ def agent(
     pids_max: Annotated[
         int, typer.Option("--pids-max", help="Processes and threads one job may have (0: no limit).")
     ] = DEFAULT_PIDS_MAX,
+    container_runtime: Annotated[
+        str,
+        typer.Option(
+            "--container-runtime",
+            help="auto, podman, apptainer, enroot or none: what runs jobs that name an image (auto: the first on PATH).",
+        ),
+    ] = "auto",
 ) -> None:
     """Run the node agent: register with the server, report telemetry and health, run what it places here."""
     _token_off_the_command_line()
@@ -148,6 +156,7 @@ def agent(
         dev_dir,
         pids_max,
     )
+    containers = find_runtime(container_runtime, os.environ)
     if emulate:
         if fabric is None:
             raise InputError("--emulate needs --fabric FABRIC.json", source="--emulate")
@@ -165,10 +174,17 @@ def agent(
         stop_workloads_on_exit=stop_on_exit,
         labels=labels,
         isolation=hold,
+        containers=containers,
     )
     (state_dir / "workloads").mkdir(parents=True, exist_ok=True)
     state_dir.chmod(0o700)  # records, logs and the emulated node: the agent's alone
     typer.echo(describe(hold, state_dir), err=True)
+    typer.echo(
+        f"gpupool-agent: jobs with an image run with {containers.kind} ({containers.binary})"
+        if containers is not None
+        else "gpupool-agent: no container runtime: jobs with an image fail here",
+        err=True,
+    )
     stop = threading.Event()
 
     def on_signal(_sig: int, _frame: FrameType | None) -> None:

@@ -180,6 +180,20 @@ class HeartbeatRequest(_Msg):
     executed: tuple[str, ...] | None = None
 
 
+class MountSpec(_Msg):
+    source: str
+    target: str
+    read_only: bool = False
+
+
+class ContainerSpec(_Msg):
+    """Run the rank in a container (``agent/containers.py``): the job's image, bind mounts, working directory."""
+
+    image: str
+    mounts: tuple[MountSpec, ...] = ()
+    workdir: str = ""
+
+
 class LaunchCommand(_Msg):
     kind: Literal["launch"] = "launch"
     assignment_id: str
@@ -195,6 +209,8 @@ class LaunchCommand(_Msg):
     # The gang's MPI hostfile (``host slots=N`` lines): the agent writes it into the rank's working directory
     # and names it in GPUPOOL_HOSTFILE. "" (a server before it): no hostfile.
     hostfile: str = Field(default="", max_length=1 << 20)
+    # None: argv runs on the node. An agent before containers ignores it (and logs the unknown field).
+    container: ContainerSpec | None = None
 
 
 class StopCommand(_Msg):

@@ -25,8 +25,10 @@ from pydantic import (
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
+from gpupool.domain.containers import MAX_MOUNTS, Container, Mount, check_container
 from gpupool.domain.errors import InputError
 from gpupool.domain.labels import check_labels
 from gpupool.domain.units import parse_duration, parse_memory_mib
@@ -128,6 +130,14 @@ class DependencyIn(_In):
     jobs: list[Text] = Field(min_length=1, max_length=1024)
 
 
+class MountIn(_In):
+    """A node's path bound into the job's container (``image``)."""
+
+    source: Text = Field(min_length=1, max_length=4096)
+    target: Text = Field(min_length=1, max_length=4096)
+    read_only: bool = False
+
+
 class JobSubmit(_In):
     """A job as a tenant submits it (the job file's fields). ``command`` is an argv list, run without a shell."""
 
@@ -187,6 +197,21 @@ class JobSubmit(_In):
         description="one job per index (Slurm's --array: 0-199%16, 0-198:2, 1,3,5-7), each with GPUPOOL_ARRAY_INDEX",
     )
     after: list[DependencyIn] = Field(default_factory=list, max_length=64, description="every one must be met")
+    image: Text | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        description="run each rank's command in this container image with the node's runtime (docs/containers.md)",
+    )
+    mounts: list[MountIn] = Field(
+        default_factory=list, max_length=MAX_MOUNTS, description="node paths bound into the container (image)"
+    )
+    workdir: Text | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="the container's working directory (default: the rank's own, bound in at its path)",
+    )
 
     @field_validator("version")
     @classmethod
@@ -211,6 +236,23 @@ class JobSubmit(_In):
         argv = info.data.get("command")  # validated first (declared first); absent when it was refused
         _check(lambda: env_size(env) if argv is None else check_command(argv, env))
         return env
+
+    @model_validator(mode="after")
+    def _runnable_container(self) -> JobSubmit:
+        if self.image is None:
+            if self.mounts or self.workdir is not None:
+                raise ValueError(f"{'mounts' if self.mounts else 'workdir'}: only for a container: give 'image'")
+            return self
+        container = self.container()
+        assert container is not None
+        _check(lambda: check_container(container, self.env))
+        return self
+
+    def container(self) -> Container | None:
+        if self.image is None:
+            return None
+        mounts = tuple(Mount(m.source, m.target, m.read_only) for m in self.mounts)
+        return Container(self.image, mounts, self.workdir or "")
 
     @field_validator("node_selector")
     @classmethod

@@ -23,6 +23,7 @@ import logging
 import zlib
 from collections.abc import Callable, Sequence
 
+from gpupool.domain.containers import container_from_json
 from gpupool.domain.errors import GpupoolError
 from gpupool.domain.events import HealthGrade, NodeLabelled
 from gpupool.domain.states import JobState, NodeState
@@ -33,9 +34,11 @@ from gpupool.schemas.agent import (
     PROTOCOL_WINDOW,
     Command,
     CommandsRequest,
+    ContainerSpec,
     HeartbeatReply,
     HeartbeatRequest,
     LaunchCommand,
+    MountSpec,
     RegisterReply,
     RegisterRequest,
     ReportRequest,
@@ -368,4 +371,16 @@ class AgentGateway:
             cpu_millicores=spec.cpu_millicores,
             memory_mib=spec.memory_mib,
             hostfile=hostfile(hosts, [len(r.gpus) if spec.share is None else 0 for r in ranks]),
+            container=container_spec(command.launch.get("container"), a.job_id),
         )
+
+
+def container_spec(raw: object, job_id: str) -> ContainerSpec | None:
+    """The stored container of a job's launch options as the agent protocol carries it (None: none)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise GpupoolError(f"job {job_id}: the stored container is not an object")
+    c = container_from_json(raw, f"launch of job {job_id}")
+    mounts = tuple(MountSpec(source=m.source, target=m.target, read_only=m.read_only) for m in c.mounts)
+    return ContainerSpec(image=c.image, mounts=mounts, workdir=c.workdir)

@@ -16,6 +16,7 @@ import httpx
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from gpupool.domain.containers import container_to_json
 from gpupool.domain.errors import GpupoolError, InputError, NotFoundError
 from gpupool.domain.events import NodeLabelled
 from gpupool.domain.jobs import DependencyKind
@@ -134,7 +135,11 @@ async def accept_submit(
         spec = dataclasses.replace(spec, after=after)
     elements = array_elements(spec, body.array, srv.settings.max_array_size) if body.array else ()
     key = header_key or body.idempotency_key
-    sub = Submission(elements[0] if elements else spec, tuple(body.command), body.env, key, actor(who), elements)
+    container = body.container()
+    launch = {"container": container_to_json(container)} if container is not None else {}
+    sub = Submission(
+        elements[0] if elements else spec, tuple(body.command), body.env, key, actor(who), elements, launch
+    )
     # Awaited, not blocked on: the writer thread commits this with whatever else was queued (group commit).
     rec, created = await asyncio.wrap_future(srv.submits.enqueue(sub))
     if created:

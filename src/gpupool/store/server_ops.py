@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, select
@@ -72,6 +72,8 @@ class Submission:
     idempotency_key: str | None
     actor: str
     elements: tuple[JobSpec, ...] = ()
+    # How its ranks are launched beyond argv and env (``server_job_commands.launch``): {"container": ...}.
+    launch: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def jobs(self) -> tuple[JobSpec, ...]:
@@ -82,6 +84,7 @@ class Submission:
 class JobCommand:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    launch: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +148,7 @@ class ServerOps:
         # round trip and one statement for the server to parse (what SQLAlchemy's "insertmanyvalues" does).
         self._multi_row = dialect.name != "sqlite"
         self._insert_jobs = (JobRow.__tablename__, _JOB_COLUMNS)
-        self._insert_commands = (JobCommandRow.__tablename__, ("job_id", "argv", "env"))
+        self._insert_commands = (JobCommandRow.__tablename__, ("job_id", "argv", "env", "launch"))
         self._insert_audits = (AuditRow.__tablename__, ("at_s", "actor", "action", "subject", "data"))
 
     def _insert(self, cur: Any, into: tuple[str, Sequence[str]], rows: Sequence[Sequence[Any]]) -> None:
@@ -265,7 +268,7 @@ class ServerOps:
         now = self.store._clock()
         pending = JobState.PENDING.value
         jobs: list[tuple[Any, ...]] = []
-        commands: list[tuple[str, str, str]] = []
+        commands: list[tuple[str, str, str, str]] = []
         audits: list[tuple[Any, ...]] = []
         for i in todo:
             sub = batch[i]
@@ -287,7 +290,7 @@ class ServerOps:
                     continue
                 room[spec.tenant] -= len(members)
             argv = list(sub.argv)
-            commands.append((spec.array_id or spec.job_id, dumps(argv), dumps(dict(sub.env))))
+            commands.append((spec.array_id or spec.job_id, dumps(argv), dumps(dict(sub.env)), dumps(dict(sub.launch))))
             for n, member in enumerate(members):
                 # In _JOB_COLUMNS' order; the key on the first element only (it is unique per tenant).
                 jobs.append(
@@ -357,7 +360,9 @@ class ServerOps:
                 raise NotFoundError(f"job {job_id!r} has no stored command")
             argv = loads(row.argv, f"command of job {job_id}")
             env = loads(row.env, f"command of job {job_id}")
-        return JobCommand(tuple(str(a) for a in argv), tuple(sorted((str(k), str(v)) for k, v in env.items())))
+            launch = loads(row.launch or "{}", f"launch of job {job_id}")
+        pairs = tuple(sorted((str(k), str(v)) for k, v in env.items()))
+        return JobCommand(tuple(str(a) for a in argv), pairs, launch if isinstance(launch, dict) else {})
 
     def live_jobs(self) -> list[LiveJob]:
         """Every pending, placed or running job's id, state and version: the loop's per-cycle sync.

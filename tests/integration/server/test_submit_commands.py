@@ -28,3 +28,47 @@ def test_a_command_no_node_could_run_is_422_and_not_stored(
     detail = r.json()["detail"]
     assert any(d["loc"][:2] == ["body", field] and why in d["msg"] for d in detail), r.text[:500]
     assert api.client.get("/v1/jobs", headers=alice).json()["jobs"] == []
+
+
+IMAGE = {**JOB, "image": "registry.local/train:1.2"}
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ({**JOB, "mounts": [{"source": "/data", "target": "/data"}]}, "mounts: only for a container"),
+        ({**JOB, "workdir": "/w"}, "workdir: only for a container"),
+        ({**IMAGE, "image": "-v"}, "image: '-v' is not an image reference"),
+        ({**IMAGE, "mounts": [{"source": "data", "target": "/d"}]}, "mounts[0].source: 'data' is not an absolute"),
+        ({**IMAGE, "mounts": [{"source": "/d", "target": "/a:b"}]}, "mounts[0].target: '/a:b' holds ':'"),
+        ({**IMAGE, "workdir": "/w/../x"}, "workdir: '/w/../x' is not a normal path"),
+        ({**IMAGE, "env": {"NOTE": "a\nb"}}, "env.NOTE: holds a line break"),
+    ],
+)
+def test_a_container_no_runtime_could_take_is_422_naming_the_field_and_not_stored(
+    api: Api, body: dict[str, object], why: str
+) -> None:
+    alice = api.tenant("alice")
+    r = api.client.post("/v1/jobs", json=body, headers=alice)
+    assert r.status_code == 422, r.text[:500]
+    assert any(why in d["msg"] for d in r.json()["detail"]), r.text[:500]
+    assert api.client.get("/v1/jobs", headers=alice).json()["jobs"] == []
+
+
+def test_a_jobs_container_is_stored_and_reaches_each_ranks_launch(api: Api) -> None:
+    alice = api.tenant("alice")
+    nodes = {h: api.register(h, gpus=8) for h in ("gpu-01", "gpu-02")}
+    mounts = [{"source": "/datasets/imagenet", "target": "/data", "read_only": True}]
+    body = {**IMAGE, "tasks": 2, "gpus_per_task": 4, "mounts": mounts, "workdir": "/workspace"}
+    assert api.client.post("/v1/jobs", json=body, headers=alice).status_code == 201
+    assert api.srv.loop.run_cycle().placed == 1
+    launches = [c for h, n in nodes.items() for c in api.beat(h, n)]
+    assert len(launches) == 2
+    for c in launches:
+        assert c["argv"] == JOB["command"]
+        assert c["container"] == {"image": "registry.local/train:1.2", "mounts": mounts, "workdir": "/workspace"}
+    plain = api.client.post("/v1/jobs", json={**JOB, "gpus_per_task": 4}, headers=alice)
+    assert plain.status_code == 201
+    api.srv.loop.run_cycle()
+    (launch,) = [c for h, n in nodes.items() for c in api.beat(h, n) if c["job_id"] == plain.json()["job"]["id"]]
+    assert launch["container"] is None

@@ -1,0 +1,161 @@
+"""End to end, on the real server and two emulated agents: jobs that name an image run in Podman containers.
+
+No registry is reachable here, so the image is made on the spot: a root file system holding Debian's static
+busybox, imported with ``podman import`` once per test session (its tarball under the session's tmp dir).
+
+- A 2-rank gang runs in the image: each rank sees its RANK, WORLD_SIZE, MASTER_ADDR and NCCL_IB_HCA (its
+  GPUs' rail HCAs) inside the container, runs as its tenant's mapped user in its own working directory with
+  the job's read-only mount, and the job finishes.
+- A container's exit status is the rank's.
+- A cancelled container job whose workload ignores SIGTERM leaves no container behind (``podman ps -a``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e_cluster import HOSTS, Cluster, all_up
+from gpupool.agent.containers import LABEL, NAME_PREFIX
+from gpupool.fabric.export.nccl import nccl_ib_hca
+from procs import until
+
+AGENTS = HOSTS[:2]  # two 8-GPU nodes: a 2x8 gang spans both
+BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static
+APPLETS = ("sh", "env", "id", "pwd", "cat", "sleep", "echo", "true", "test")
+
+
+def _podman(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _rootfs_tarball(root: Path) -> Path:
+    fs = root / "rootfs"
+    (fs / "bin").mkdir(parents=True)
+    (fs / "tmp").mkdir(mode=0o1777)
+    shutil.copy2(BUSYBOX, fs / "bin" / "busybox")
+    for applet in APPLETS:
+        (fs / "bin" / applet).symlink_to("busybox")
+    tar = root / "busybox-rootfs.tar"
+    subprocess.run(["tar", "-C", str(fs), "-cf", str(tar), "."], check=True)
+    return tar
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A busybox image in Podman's store, or a skip saying exactly what fails."""
+    if shutil.which("podman") is None or not BUSYBOX.is_file():
+        pytest.skip("needs podman and busybox-static (apt-get install podman runc busybox-static)")
+    root = tmp_path_factory.mktemp("image")
+    # The sandboxes these tests run in refuse setrlimit on a container's init (Podman's default ulimits),
+    # as scripts/smoke-images says; a real node keeps its containers.conf. The agents inherit this.
+    conf = root / "containers.conf"
+    conf.write_text("[containers]\ndefault_ulimits = []\n")
+    name = f"localhost/gpupool-test-busybox:{os.getpid()}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CONTAINERS_CONF", str(conf))
+        made = _podman("import", str(_rootfs_tarball(root)), name)
+        if made.returncode != 0:
+            pytest.skip(f"podman import cannot make an image here: {made.stderr.strip().splitlines()[-1:]}")
+        ran = _podman("run", "--rm", "--network", "host", name, "/bin/true")
+        if ran.returncode != 0:
+            _podman("rmi", "-f", name)
+            pytest.skip(f"podman cannot run a container here: {ran.stderr.strip().splitlines()[-1:]}")
+        try:
+            yield name
+        finally:
+            _podman("rmi", "-f", name)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, image: str) -> Iterator[Cluster]:
+    c = Cluster(tmp_path_factory.mktemp("containers"), GPUPOOL_NODE_LOST_AFTER_S="10")
+    try:
+        for h in AGENTS:
+            c.start_agent(h, extra=("--container-runtime", "podman"))
+        until(lambda: all_up(c, AGENTS), 90, "the nodes up")
+        yield c
+    finally:
+        c.close()
+
+
+def submit(c: Cluster, script: str, image: str, tasks: int = 1, gpus: int = 1, **kw: Any) -> str:
+    body = {"command": ["/bin/sh", "-c", script], "image": image, "tasks": tasks, "gpus_per_task": gpus}
+    r = c.http.post("/v1/jobs", json={**body, "tenant": "acme", **kw})
+    assert r.status_code == 201, r.text
+    return str(r.json()["job"]["id"])
+
+
+def outputs(c: Cluster, job: str) -> dict[str, tuple[str, str]]:
+    """Assignment id -> (host, stdout) of each rank of ``job`` that has written its log."""
+    out = {}
+    for host in AGENTS:
+        for log in (c.root / host / "workloads").glob(f"{job}.*/stdout.log"):
+            out[log.parent.name] = (host, log.read_text())
+    return out
+
+
+def containers_of(job: str) -> list[str]:
+    ps = _podman("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}")
+    assert ps.returncode == 0, ps.stderr
+    return [n for n in ps.stdout.split() if n.startswith(f"{NAME_PREFIX}{job}.")]
+
+
+def test_a_gang_runs_in_the_image_with_its_multi_node_environment(cluster: Cluster, image: str) -> None:
+    c = cluster
+    data = c.work / "dataset"
+    data.mkdir()
+    (data / "shard").write_text("shard-0\n")
+    data.chmod(0o755)
+    script = "env; echo uid=$(id -u); echo pwd=$(pwd); cat /data/shard; echo done"
+    mounts = [{"source": str(data), "target": "/data", "read_only": True}]
+    job = submit(c, script, image, tasks=2, gpus=8, mounts=mounts)
+    until(lambda: c.job(job)["state"] in ("finished", "failed"), 60, "the container gang ended")
+    assert c.job(job)["state"] == "finished", c.job(job)
+    ranks = outputs(c, job)
+    assert len(ranks) == 2
+    (placed,) = c.placements(job)
+    seen = set()
+    for aid, (host, text) in ranks.items():
+        lines = text.splitlines()
+        assert lines[-1] == "done" and "shard-0" in lines
+        env = dict(line.split("=", 1) for line in lines if "=" in line)
+        assert env["container"] == "podman"  # set by Podman inside its containers: it ran in one
+        rank = int(env["RANK"])
+        seen.add(rank)
+        assert env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"] == "127.0.0.1"
+        assert env["GPUPOOL_ASSIGNMENT_ID"] == aid and env["GPUPOOL_JOB_ID"] == job
+        assert placed[rank][0] == host
+        assert env["NCCL_IB_HCA"] == nccl_ib_hca(c.fabric, host, placed[rank][1])
+        assert env["NCCL_IB_HCA"].startswith("=mlx5_")
+        # Its own working directory, bound at its path, is where it starts.
+        assert env["pwd"] == str(c.work / host / aid) == env.get("HOME", env["pwd"])
+        if os.geteuid() == 0:  # the agents map tenant acme to a Unix user of its own
+            assert env["uid"] != "0" and env["USER"] != "root"
+    assert seen == {0, 1}
+    until(lambda: not containers_of(job), 20, "the gang's containers removed")
+
+
+def test_a_containers_exit_status_is_the_ranks(cluster: Cluster, image: str) -> None:
+    c = cluster
+    job = submit(c, "exit 7", image)
+    until(lambda: c.job(job)["state"] == "failed", 60, "the failing container job failed")
+    attempts = c.http.get(f"/v1/jobs/{job}/attempts").json()["attempts"]
+    assert [(a["state"], a["exit_code"]) for a in attempts] == [("failed", 7)]
+
+
+def test_a_cancelled_container_job_leaves_no_container(cluster: Cluster, image: str) -> None:
+    c = cluster
+    # It ignores SIGTERM: the stop's SIGKILL kills Podman, and only the agent's removal ends the container.
+    job = submit(c, "trap '' TERM; echo up; while true; do sleep 1; done", image)
+    until(lambda: containers_of(job) and any("up" in t for _, t in outputs(c, job).values()), 60, "it runs")
+    assert c.http.post(f"/v1/jobs/{job}/cancel").status_code == 200
+    until(lambda: c.job(job)["state"] == "cancelled", 30, "the container job cancelled")
+    until(lambda: not containers_of(job), 30, "no container of the job left")
+    assert not containers_of(job)
