@@ -29,6 +29,11 @@ class Entry:
     help: str  # the command's own help (a test holds them equal)
     extra: str = ""  # the extra that installs its dependencies; "" = the base install
     panel: str = "Jobs"
+    raw_args: bool = False  # its arguments reach it as given, options too (sbatch's own, before the script)
+
+
+# What a raw_args command's parser does: every word after the command is an argument, none an option of ours.
+_RAW = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
 _CLI = "gpupool.cli.client_cmds"
@@ -38,6 +43,12 @@ _RUN, _OFFLINE, _OPS = "Run", "Offline tools", "Cluster"
 COMMANDS: dict[str, Entry] = {
     "submit": Entry(
         _CLI, "submit", "Submit a job: flags and an argv after --, or a YAML job file (flags override the file)."
+    ),
+    "sbatch": Entry(
+        "gpupool.cli.sbatch",
+        "sbatch",
+        "Submit a Slurm batch script: its #SBATCH lines (and sbatch options before it) as a gpupool job.",
+        raw_args=True,
     ),
     "spec": Entry("gpupool.cli.spec", "app", "The job spec: its JSON Schema, and a check of job files."),
     "jobs": Entry(_CLI, "jobs", "List your jobs (an admin sees every tenant's)."),
@@ -126,7 +137,7 @@ def build(argv: Sequence[str]) -> typer.Typer:
         if isinstance(target, typer.Typer):
             app.add_typer(target, name=name, rich_help_panel=e.panel)
         else:
-            app.command(name, rich_help_panel=e.panel)(target)
+            app.command(name, rich_help_panel=e.panel, context_settings=_RAW if e.raw_args else None)(target)
     return app
 
 

@@ -105,6 +105,44 @@ def array_env(array_id: str, array_index: int | None) -> dict[str, str]:
     return {"GPUPOOL_ARRAY_ID": array_id, "GPUPOOL_ARRAY_INDEX": str(array_index if array_index is not None else 0)}
 
 
+def slurm_env(
+    job_id: str,
+    name: str,
+    place: RankPlace,
+    nodelist: str,
+    gpus_on_node: int,
+    pool: str,
+    array_id: str = "",
+    array_index: int | None = None,
+) -> dict[str, str]:
+    """The ``SLURM_*`` variables a batch script commonly reads, for a job ``gpupool sbatch`` submitted (beside
+    gpupool's own). Each rank runs the script, as ``srun`` would run it: SLURM_PROCID is the rank.
+    ``nodelist``: the job's hosts in Slurm's compressed form (``dgx[001-004]``)."""
+    host = place.hosts[place.node_rank]
+    env = {
+        "SLURM_JOB_ID": job_id,
+        "SLURM_JOBID": job_id,
+        "SLURM_JOB_NAME": name or job_id,
+        "SLURM_JOB_PARTITION": pool,
+        "SLURM_NNODES": str(place.nnodes),
+        "SLURM_JOB_NUM_NODES": str(place.nnodes),
+        "SLURM_NODEID": str(place.node_rank),
+        "SLURMD_NODENAME": host,
+        "SLURM_PROCID": str(place.rank),
+        "SLURM_LOCALID": str(place.local_rank),
+        "SLURM_NTASKS": str(place.world_size),
+        "SLURM_NPROCS": str(place.world_size),
+        "SLURM_NTASKS_PER_NODE": str(place.local_world_size),
+        "SLURM_JOB_NODELIST": nodelist,
+        "SLURM_NODELIST": nodelist,
+        "SLURM_GPUS_ON_NODE": str(gpus_on_node),
+    }
+    if array_id:
+        env["SLURM_ARRAY_JOB_ID"] = array_id
+        env["SLURM_ARRAY_TASK_ID"] = str(array_index if array_index is not None else 0)
+    return env
+
+
 # What a node will run, checked at the door (the API's job submit) and again by the agent before it starts
 # anything: one set of rules, so a command the API accepted is never one the agent cannot pass to execve.
 MAX_ARGS = 1024

@@ -212,6 +212,9 @@ class JobSubmit(_In):
         max_length=4096,
         description="the container's working directory (default: the rank's own, bound in at its path)",
     )
+    slurm_env: bool = Field(
+        default=False, description="its ranks also get Slurm's SLURM_* variables (what gpupool sbatch submits)"
+    )
 
     @field_validator("version")
     @classmethod

@@ -27,8 +27,9 @@ from gpupool.domain.containers import container_from_json
 from gpupool.domain.errors import GpupoolError
 from gpupool.domain.events import HealthGrade, NodeLabelled
 from gpupool.domain.states import JobState, NodeState
-from gpupool.domain.workload import array_env, hostfile, rank_place, workload_env
+from gpupool.domain.workload import array_env, hostfile, rank_place, slurm_env, workload_env
 from gpupool.fabric.export.nccl import nccl_ib_hca
+from gpupool.fabric.hostlist import compress
 from gpupool.schemas.agent import (
     PROTOCOL_VERSION,
     PROTOCOL_WINDOW,
@@ -361,6 +362,15 @@ class AgentGateway:
                 attempt=rec.attempt,
             )
         )
+        if command.launch.get("slurm"):
+            here = sum(len(r.gpus) for r in ranks if r.host == a.host)
+            try:
+                nodelist = compress(place.hosts)
+            except ValueError:  # a host name a hostlist cannot hold: listed as it is
+                nodelist = ",".join(place.hosts)
+            env.update(
+                slurm_env(a.job_id, spec.name, place, nodelist, here, spec.pool, spec.array_id, spec.array_index)
+            )
         return LaunchCommand(
             assignment_id=a.assignment_id,
             job_id=a.job_id,

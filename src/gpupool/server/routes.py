@@ -136,10 +136,11 @@ async def accept_submit(
     elements = array_elements(spec, body.array, srv.settings.max_array_size) if body.array else ()
     key = header_key or body.idempotency_key
     container = body.container()
-    launch = {"container": container_to_json(container)} if container is not None else {}
-    sub = Submission(
-        elements[0] if elements else spec, tuple(body.command), body.env, key, actor(who), elements, launch
-    )
+    launch: dict[str, object] = {"container": container_to_json(container)} if container is not None else {}
+    if body.slurm_env:
+        launch["slurm"] = True
+    first = elements[0] if elements else spec
+    sub = Submission(first, tuple(body.command), body.env, key, actor(who), elements, launch)
     # Awaited, not blocked on: the writer thread commits this with whatever else was queued (group commit).
     rec, created = await asyncio.wrap_future(srv.submits.enqueue(sub))
     if created:

@@ -72,7 +72,8 @@ class Submission:
     idempotency_key: str | None
     actor: str
     elements: tuple[JobSpec, ...] = ()
-    # How its ranks are launched beyond argv and env (``server_job_commands.launch``): {"container": ...}.
+    # How its ranks are launched beyond argv and env (``server_job_commands.launch``): {"container": ...} for a
+    # container image, {"slurm": true} for a job ``gpupool sbatch`` submitted (its ranks get Slurm's variables).
     launch: Mapping[str, Any] = field(default_factory=dict)
 
     @property
