@@ -212,9 +212,12 @@ class AgentGateway:
         for aid, a in desired.items():
             if aid not in reported and a.state is JobState.PLACED:
                 try:
-                    commands.append(self._launch(a))
+                    launch = self._launch(a)
                 except GpupoolError as e:
                     log.warning("cannot build the launch of %s: %s", aid, e)
+                    continue
+                if launch is not None:
+                    commands.append(launch)
         for aid, w in reported.items():
             if w.state in ("starting", "running") and aid not in desired:
                 commands.append(
@@ -329,8 +332,13 @@ class AgentGateway:
             self._wake()
 
     # -- launch commands ---------------------------------------------------------------------------------------
-    def _launch(self, a: Assignment) -> LaunchCommand:
+    def _launch(self, a: Assignment) -> LaunchCommand | None:
+        """The launch of ``a``, or None when the store no longer holds it: the host cache is up to
+        ``host_cache_s`` old, and meanwhile another replica (or this one's loop) may have requeued, cancelled or
+        moved the job; the cache's next reload drops ``a``."""
         ranks = sorted(self._ops.job_assignments(a.job_id), key=lambda r: r.rank)
+        if a.assignment_id not in {r.assignment_id for r in ranks}:
+            return None
         rec = self._store.get_job(a.job_id)
         spec = rec.spec
         command = self._ops.command(a.job_id, spec.array_id)

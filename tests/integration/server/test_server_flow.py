@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from server_api_helpers import Api, Clock, make_api
+from sqlalchemy import delete
+
+from gpupool.store.rows import AllocationRow
 
 JOB = {"command": ["python", "-c", "print('hi')"], "tasks": 1, "gpus_per_task": 2}
 
@@ -321,3 +324,17 @@ def test_a_cycle_stores_hundreds_of_placements_in_batches_each_gpu_once(api: Api
     tokens = {e.data.get("leader_token") for e in placed}
     assert len(placed) == 300 and len(tokens) == 1 and None not in tokens  # one leader's, all of them
     assert api.srv.loop.run_cycle().placed == 0
+
+
+def test_a_launch_the_host_cache_still_holds_but_the_store_no_longer_does_is_not_sent(api: Api) -> None:
+    """The host cache is up to host_cache_s old: another replica may have requeued or cancelled the job since
+    it was read. A beat in that window gets no launch for the stale assignment (it raised IndexError, a 500,
+    in the chaos run) and the agent's other commands still come."""
+    alice = api.tenant("alice")
+    node = api.register("gpu-01")
+    api.client.post("/v1/jobs", json=JOB, headers=alice)
+    api.srv.loop.run_cycle()
+    (launch,) = api.beat("gpu-01", node)  # the cache now holds the assignment
+    with api.srv.store._tx(write=True) as s:  # another replica's write, which this one's cache has not seen
+        s.execute(delete(AllocationRow).where(AllocationRow.job_id == launch["job_id"]))
+    assert api.beat("gpu-01", node) == []
