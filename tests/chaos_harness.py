@@ -338,6 +338,11 @@ class Chaos:
         got = [i for i in range(len(self.c.servers)) if (h := self.health(i)) is not None and h.get("leader")]
         return got[0] if len(got) == 1 else None
 
+    def one_leader(self) -> int:
+        """The leader, waited for: on a loaded machine a lease can lapse between ``settled`` and the fault, and
+        a replica leads again within a lease's length."""
+        return int(until(lambda: (lead := self.leader()) is not None and (lead,), 60, "one leader")[0])
+
     def settled(self, standby: bool = True, nodes: bool = True) -> bool:
         """One replica leads; with ``standby`` the other answers too (a fault on the leader needs one to take
         over), with ``nodes`` every node is up. A replica or an agent still starting after its kill holds up
@@ -382,8 +387,7 @@ class Chaos:
         return fault
 
     def _kill9_server(self) -> Injected:
-        lead = self.leader()
-        assert lead is not None
+        lead = self.one_leader()
         target = lead if self.rng.random() < 0.6 else 1 - lead
         fault = Injected("kill9_server", "leader" if target == lead else "standby", self.now())
         self.c.servers[target].send_signal(signal.SIGKILL)
@@ -404,8 +408,7 @@ class Chaos:
         return fault
 
     def _sigstop_leader(self) -> Injected:
-        lead = self.leader()
-        assert lead is not None
+        lead = self.one_leader()
         fault = Injected("sigstop_leader", "leader", self.now())
         p = self.c.servers[lead]
         p.send_signal(signal.SIGSTOP)
