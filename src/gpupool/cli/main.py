@@ -62,6 +62,7 @@ COMMANDS: dict[str, Entry] = {
     ),
     "logs": Entry(_CLI, "logs", "Print a job's output, fetched from its node's agent."),
     "usage": Entry(_CLI, "usage", "GPU-seconds per tenant, GPU model and pool in a window."),
+    "acct": Entry("gpupool.cli.acct", "app", "Accounting: one record per run of a job, and monthly statements."),
     "nodes": Entry(_CLI, "nodes", "List nodes with their GPUs, HCAs, health and heartbeat age.", panel=_OPS),
     "drain": Entry(_CLI, "drain", "Keep a node out of new placements (admin).", panel=_OPS),
     "undrain": Entry(_CLI, "undrain", "Return a drained node to service (admin).", panel=_OPS),

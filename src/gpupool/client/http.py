@@ -162,6 +162,18 @@ class Client:
         params = {k: v for k, v in (("from", from_s), ("to", to_s)) if v is not None}
         return self._call("GET", "/v1/usage", api.UsageOut, params=params)
 
+    def accounting(
+        self, from_s: float, to_s: float, tenant: str | None = None, offset: int = 0, limit: int = 1000
+    ) -> api.AccountingPage:
+        params: dict[str, float | str] = {"from": from_s, "to": to_s, "offset": offset, "limit": limit}
+        if tenant is not None:
+            params["tenant"] = tenant
+        return self._call("GET", "/v1/accounting/jobs", api.AccountingPage, params=params)
+
+    def statement(self, month: str, tenant: str | None = None) -> api.StatementOut:
+        params = {"month": month} if tenant is None else {"month": month, "tenant": tenant}
+        return self._call("GET", "/v1/accounting/statement", api.StatementOut, params=params)
+
     def create_tenant(self, name: str, weight: float = 1.0) -> api.TenantOut:
         return self._call("POST", "/v1/tenants", api.TenantOut, json={"name": name, "weight": weight})
 

@@ -526,3 +526,55 @@ class HealthOut(_Out):
     leader: bool
     store_writable: bool = True
     store_reason: str = ""  # why not: unreachable, busy, read_only, disk_full, io_error, corrupt, replaced
+
+
+class AccountingOut(_Out):
+    """One run of a job (a retried job has one per attempt) with its GPU time in the window asked for."""
+
+    job_id: str
+    attempt: int
+    name: str
+    tenant: str
+    user: str  # who submitted it (its token's actor)
+    pool: str
+    gpu_model: str
+    gpus: float
+    hosts: list[str]
+    submit_s: float
+    start_s: float | None
+    end_s: float | None
+    elapsed_s: float  # start to end (to now while it runs); 0 if it never started
+    state: str
+    exit_code: int | None
+    gpu_hours: float  # in the window
+
+
+class AccountingPage(_Out):
+    from_s: float
+    to_s: float
+    records: list[AccountingOut]
+    next_offset: int | None  # where the next page starts; None: this was the last
+
+
+class StatementLineOut(_Out):
+    gpu_model: str
+    pool: str
+    gpu_hours: float
+    per_gpu_hour: float | None
+    cost: float | None  # None: no rate on the card matched
+
+
+class TenantStatement(_Out):
+    tenant: str
+    lines: list[StatementLineOut]
+    gpu_hours: float
+    total: float  # the priced lines' cost
+    unpriced: bool  # some usage matched no rate
+
+
+class StatementOut(_Out):
+    month: str
+    from_s: float
+    to_s: float
+    currency: str
+    tenants: list[TenantStatement]

@@ -34,6 +34,7 @@ from gpupool.domain.errors import (
 )
 from gpupool.schemas import agent as proto
 from gpupool.schemas import api
+from gpupool.server.accounting import router as accounting_router
 from gpupool.server.auth import bearer
 from gpupool.server.core import Server, build_server
 from gpupool.server.door import AuthFailures, BodyLimit
@@ -133,6 +134,7 @@ def create_app(
     app.add_exception_handler(GpupoolError, _error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.include_router(router)
+    app.include_router(accounting_router)
     # JSON submits skip FastAPI's per-request machinery (see fastsubmit); the route above serves the rest.
     app.add_middleware(SubmitFastPath, server=srv, error_response=error_response)
     # The door (see door.py), outside the fast path: a body past its limit is refused before any of it is

@@ -81,6 +81,9 @@ class Settings:
     submit_queue_max: int = 20_000
     # The most elements one array may have (Slurm's MaxArraySize is 1001: indices 0-1000); more is a 422.
     max_array_size: int = 1001
+    # The rate card (YAML: currency, default, rates of {gpu_model, pool, per_gpu_hour}) that prices monthly
+    # statements (GET /v1/accounting/statement); read at each statement, so an edit needs no restart. "": none.
+    rate_card_path: str = ""
     # How long a submission waits through a database failover (or a lost connection) before its 503.
     store_retry_s: float = 10.0
     # A file the scheduling loop appends its journal to (every event it applied, each cycle's inputs and

@@ -53,6 +53,18 @@ class AttemptRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class AccountingRecord:
+    """One run of a job as accounting sees it: the run, its job's name, submit time and submitter (the
+    token's actor), and the GPU-seconds it held in the window asked for."""
+
+    run: AttemptRecord
+    name: str
+    submit_s: float
+    user: str
+    gpu_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class NodeRecord:
     name: str
     state: NodeState
