@@ -79,6 +79,11 @@ def submit(
     retry: Annotated[int | None, typer.Option(help="run again up to N times when it fails")] = None,
     array: Annotated[str | None, typer.Option(help="one job per index: 0-199%16, 0-198:2, 1,3,5")] = None,
     dependency: Annotated[str | None, typer.Option(help="afterok:ID[:ID][,afterany:ID] (Slurm's syntax)")] = None,
+    image: Annotated[str | None, typer.Option(help="run it in this container image (docs/containers.md)")] = None,
+    mount: Annotated[
+        list[str] | None, typer.Option("--mount", help="SRC:DST[:ro] bound into the container (repeatable)")
+    ] = None,
+    workdir: Annotated[str | None, typer.Option(help="the container's working directory")] = None,
 ) -> None:
     """Submit a job: flags and an argv after --, or a YAML job file (flags override the file)."""
     base: dict[str, Any] = read_job_file(file).model_dump(exclude_none=True) if file is not None else {}
@@ -95,6 +100,9 @@ def submit(
         "retry": None if retry is None else {"count": retry},
         "array": array,
         "after": None if dependency is None else dependency_in(parse_dependency(dependency, "--dependency")),
+        "image": image,
+        "mounts": [mount_in(m) for m in mount] if mount else None,
+        "workdir": workdir,
     }
     base.update({k: v for k, v in over.items() if v is not None})
     if "command" not in base:
@@ -109,6 +117,14 @@ def submit(
         typer.echo(f"{out.job.id} {said} ({out.job.state})")
 
 
+def mount_in(word: str) -> dict[str, Any]:
+    """``--mount SRC:DST[:ro|rw]`` as the API's mount."""
+    parts = word.split(":")
+    if len(parts) not in (2, 3) or not all(parts[:2]) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        raise InputError(f"{word!r} is not SRC:DST, SRC:DST:ro or SRC:DST:rw", source="--mount")
+    return {"source": parts[0], "target": parts[1], "read_only": parts[2:] == ["ro"]}
+
+
 def dependency_in(parsed: tuple[tuple[DependencyKind, tuple[str, ...]], ...]) -> list[dict[str, Any]]:
     """``parse_dependency``'s items as the API's ``after``."""
     return [{"kind": kind.value, "jobs": list(ids)} for kind, ids in parsed]
@@ -117,7 +133,8 @@ def dependency_in(parsed: tuple[tuple[DependencyKind, tuple[str, ...]], ...]) ->
 # The job fields the submit flags set, by flag: a value the API refuses is named by the flag that gave it.
 _FLAG_OF_FIELD = {"command": "command", "gpus_per_task": "--gpus", "tasks": "--tasks", "pool": "--pool",
                   "priority": "--priority", "name": "--name", "tenant": "--tenant", "time_limit_s": "--time-limit",
-                  "retry": "--retry", "array": "--array", "after": "--dependency"}  # fmt: skip
+                  "retry": "--retry", "array": "--array", "after": "--dependency", "image": "--image",
+                  "mounts": "--mount", "workdir": "--workdir"}  # fmt: skip
 
 
 def _job(fields: dict[str, Any], file: Path | None) -> JobSubmit:

@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from gpupool.domain.containers import MAX_MOUNTS, Container, Mount, check_container
+from gpupool.domain.containers import MAX_MOUNTS, Container, Mount, check_container, check_container_env
 from gpupool.domain.errors import InputError
 from gpupool.domain.labels import check_labels
 from gpupool.domain.units import parse_duration, parse_memory_mib
@@ -240,15 +240,35 @@ class JobSubmit(_In):
         _check(lambda: env_size(env) if argv is None else check_command(argv, env))
         return env
 
+    # A container's parts each against the rules every runtime can take (named by the field, the flag in
+    # the CLI); what needs two fields (mounts without an image, an env value a container cannot hold) after.
+    @field_validator("image")
+    @classmethod
+    def _runnable_image(cls, image: str | None) -> str | None:
+        if image is not None:
+            _check(lambda: check_container(Container(image)))
+        return image
+
+    @field_validator("mounts")
+    @classmethod
+    def _runnable_mounts(cls, mounts: list[MountIn]) -> list[MountIn]:
+        _check(lambda: check_container(Container("image", tuple(Mount(m.source, m.target) for m in mounts))))
+        return mounts
+
+    @field_validator("workdir")
+    @classmethod
+    def _runnable_workdir(cls, workdir: str | None) -> str | None:
+        if workdir is not None:
+            _check(lambda: check_container(Container("image", (), workdir)))
+        return workdir
+
     @model_validator(mode="after")
     def _runnable_container(self) -> JobSubmit:
         if self.image is None:
             if self.mounts or self.workdir is not None:
                 raise ValueError(f"{'mounts' if self.mounts else 'workdir'}: only for a container: give 'image'")
             return self
-        container = self.container()
-        assert container is not None
-        _check(lambda: check_container(container, self.env))
+        _check(lambda: check_container_env(self.env))
         return self
 
     def container(self) -> Container | None:
