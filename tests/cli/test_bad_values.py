@@ -190,6 +190,16 @@ CASES: list[tuple[str, tuple[str, ...], bool]] = [
     ("job j-does-not-exist", ("j-does-not-exist",), True),
     ("jobs", ("does not answer",), False),
     ("admin tenant team-b --weight -1", ("weight",), True),
+    # batch scripts, accounting, job files
+    ("sbatch {binary}", ("binary.dat", "UTF-8"), True),
+    ("sbatch {folder}", ("folder", "cannot read the batch script"), True),
+    ("sbatch {trace}", ("trace.csv:1", "#!"), True),
+    ("sbatch", ("give the batch script",), True),
+    ("acct --since yesterday-ish", ("--since",), True),
+    ("acct --until now-5parsecs", ("--until", "parsecs"), True),
+    ("acct statement --month 2026-13", ("2026-13",), True),
+    ("spec check {binary}", ("binary.dat", "UTF-8"), False),
+    ("spec check {folder}", ("folder",), False),
 ]
 
 
