@@ -83,3 +83,38 @@ def test_spec_schema_prints_the_published_schema(tmp_path: Path) -> None:
     assert run("http://127.0.0.1:9", "", "spec", "check", str(good))[:2] == (0, f"{good}: ok\n")
     code, _, err = run("http://127.0.0.1:9", "", "spec", "check", str(bad))
     assert code == 2 and f"{bad}:2: memroy: unknown field" in err
+
+
+def test_a_pipeline_file_submits_its_jobs_in_order_with_their_ids(server: tuple[str, str], tmp_path: Path) -> None:
+    url, token = server
+    f = tmp_path / "pipeline.yaml"
+    f.write_text(
+        "jobs:\n  train:\n    command: [sleep, '60']\n    after: [{kind: afterok, jobs: [prep]}]\n"
+        "  prep:\n    command: [sleep, '60']\n"
+    )
+    code, out, err = run(url, token, "submit", "-F", str(f), "--idempotency-key", "pipe-1")
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["prep", "train"] and all(ln.endswith(" submitted") for ln in lines)
+    prep, train = (ln.split()[1] for ln in lines)
+    code, out, err = run(url, token, "job", train, "--format", "json")
+    assert code == 0 and json.loads(out)["name"] == "train", err
+    code, again, _ = run(url, token, "submit", "-F", str(f), "--idempotency-key", "pipe-1")
+    assert again.split() == [w for ln in lines for w in (*ln.split()[:2], "already", "submitted")]
+    assert prep != train
+
+
+def test_a_dependency_cycle_is_one_line_with_its_line_and_nothing_stored(
+    server: tuple[str, str], tmp_path: Path
+) -> None:
+    url, token = server
+    f = tmp_path / "cycle.yaml"
+    f.write_text(
+        "jobs:\n  a:\n    command: [a]\n    after: [{kind: afterok, jobs: [b]}]\n"
+        "  b:\n    command: [b]\n    after: [{kind: afterany, jobs: [a]}]\n"
+    )
+    before = stored(url, token)
+    code, out, err = run(url, token, "submit", "-F", str(f))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (code, out, err)
+    assert f"{f}:4: dependency cycle: a -> b -> a" in err, err
+    assert stored(url, token) == before

@@ -11,7 +11,7 @@ import jsonschema_rs
 import pytest
 import yaml
 
-from gpupool.client.jobfile import JobFileLoader, job_schema, parse_job_text
+from gpupool.client.jobfile import JobFileLoader, job_schema, parse_jobs_text
 from gpupool.domain.rates import parse_rate_card
 from gpupool.domain.sbatch import parse_script
 
@@ -26,14 +26,17 @@ def blocks(page: str, lang: str) -> list[str]:
 JOB_FILES = [b for b in blocks("jobs.md", "yaml") if not b.startswith("# rates.yaml")]
 
 
-def test_the_page_has_job_files() -> None:
-    assert len(JOB_FILES) >= 4
+def test_the_page_has_job_files_and_a_pipeline() -> None:
+    assert len(JOB_FILES) >= 5 and any(b.startswith("# pipeline.yaml") for b in JOB_FILES)
 
 
 @pytest.mark.parametrize("text", JOB_FILES, ids=[t.splitlines()[0] for t in JOB_FILES])
 def test_every_job_file_on_the_page_is_valid(text: str) -> None:
-    jsonschema_rs.validator_for(job_schema()).validate(yaml.load(text, Loader=JobFileLoader))  # YAML 1.2, as editors
-    parse_job_text(text, "docs/jobs.md")
+    doc = yaml.load(text, Loader=JobFileLoader)  # YAML 1.2, as editors read it
+    validator = jsonschema_rs.validator_for(job_schema())
+    for job in doc["jobs"].values() if "jobs" in doc else [doc]:  # a pipeline's jobs, or the one job
+        validator.validate(job)
+    assert parse_jobs_text(text, "docs/jobs.md")
 
 
 def test_the_field_table_names_every_field() -> None:

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from gpupool.client import ApiError, Client, load_client_config, read_job_file
+from gpupool.client import ApiError, Client, load_client_config, read_jobs_file
 from gpupool.domain.dependencies import parse_dependency
 from gpupool.domain.errors import InputError
 from gpupool.domain.jobs import DependencyKind
@@ -86,7 +86,8 @@ def submit(
     workdir: Annotated[str | None, typer.Option(help="the container's working directory")] = None,
 ) -> None:
     """Submit a job: flags and an argv after --, or a YAML job file (flags override the file)."""
-    base: dict[str, Any] = read_job_file(file).model_dump(exclude_none=True) if file is not None else {}
+    in_file = read_jobs_file(file) if file is not None else [("", None)]
+    base: dict[str, Any] = {} if in_file[0][1] is None else in_file[0][1].model_dump(exclude_none=True)
     over = {
         "command": command or None,
         "gpus_per_task": gpus,
@@ -104,6 +105,12 @@ def submit(
         "mounts": [mount_in(m) for m in mount] if mount else None,
         "workdir": workdir,
     }
+    if in_file[0][0]:  # a pipeline file: its jobs as written
+        if command or any(v is not None for k, v in over.items() if k != "command"):
+            raise InputError(
+                "flags set one job's fields; a pipeline file's jobs are submitted as written", source="submit"
+            )
+        return submit_pipeline([(n, j) for n, j in in_file if j is not None], key)
     base.update({k: v for k, v in over.items() if v is not None})
     if "command" not in base:
         raise typer.BadParameter("give the job's command after --, or a job file with command:")
@@ -123,6 +130,18 @@ def mount_in(word: str) -> dict[str, Any]:
     if len(parts) not in (2, 3) or not all(parts[:2]) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
         raise InputError(f"{word!r} is not SRC:DST, SRC:DST:ro or SRC:DST:rw", source="--mount")
     return {"source": parts[0], "target": parts[1], "read_only": parts[2:] == ["ro"]}
+
+
+def submit_pipeline(jobs: list[tuple[str, JobSubmit]], key: str | None) -> None:
+    """A pipeline's jobs in the order given (each after those it names), a name in ``after`` replaced by the
+    id its job got; with a key, each job's is ``KEY:NAME`` (submitting the file again duplicates nothing)."""
+    ids: dict[str, str] = {}
+    with _client() as c:
+        for name, job in jobs:
+            after = [d.model_copy(update={"jobs": [ids.get(j, j) for j in d.jobs]}) for d in job.after]
+            out = c.submit(job.model_copy(update={"after": after, "name": job.name or name}), key and f"{key}:{name}")
+            ids[name] = out.array_id or out.job.id
+            typer.echo(f"{name}: {ids[name]} {'submitted' if out.created else 'already submitted'}")
 
 
 def dependency_in(parsed: tuple[tuple[DependencyKind, tuple[str, ...]], ...]) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gpupool.client import job_schema, read_job_file
+from gpupool.client import job_schema, read_jobs_file
 
 app = typer.Typer(help="The job spec: its JSON Schema, and a check of job files.", no_args_is_help=True)
 
@@ -21,7 +21,7 @@ def schema() -> None:
 
 @app.command("check")
 def check(files: Annotated[list[Path], typer.Argument(help="job files (YAML)")]) -> None:
-    """Check job files as ``gpupool submit -F`` would, without a server: the first problem, with its line."""
+    """Check job or pipeline files as ``gpupool submit -F`` would, without a server: the first problem, with its line."""
     for f in files:
-        read_job_file(f)
+        read_jobs_file(f)
         typer.echo(f"{f}: ok")

@@ -11,7 +11,7 @@ from gpupool.client.http import (
     ServerDownError,
     load_client_config,
 )
-from gpupool.client.jobfile import job_schema, read_job_file
+from gpupool.client.jobfile import job_schema, read_job_file, read_jobs_file
 
 __all__ = [
     "ApiError",
@@ -22,4 +22,5 @@ __all__ = [
     "job_schema",
     "load_client_config",
     "read_job_file",
+    "read_jobs_file",
 ]

@@ -16,7 +16,8 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from gpupool.domain.errors import ParseError
+from gpupool.domain.dependencies import dependency_order
+from gpupool.domain.errors import InputError, ParseError
 from gpupool.schemas import api
 
 SCHEMA_ID = "https://gpupool.dev/schemas/job-v1.json"
@@ -55,19 +56,26 @@ def _standard(node: Any) -> Any:
     return node
 
 
+def _read(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ParseError(f"the job file is not UTF-8 text (byte {e.start})", source=str(path)) from None
+    except OSError as e:
+        raise ParseError(f"cannot read the job file: {e.strerror}", source=str(path)) from None
+
+
 def read_job_file(path: str | Path) -> api.JobSubmit:
     """A YAML job file checked against the API's job model; a bad field is a ParseError naming file and line."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ParseError(f"the job file is not UTF-8 text (byte {e.start})", source=source) from None
-    except OSError as e:
-        raise ParseError(f"cannot read the job file: {e.strerror}", source=source) from None
-    return parse_job_text(text, source)
+    return parse_job_text(_read(path), str(path))
 
 
-def parse_job_text(text: str, source: str) -> api.JobSubmit:
+def read_jobs_file(path: str | Path) -> list[tuple[str, api.JobSubmit]]:
+    """A job file or a pipeline file (``jobs:``), as ``parse_jobs_text`` reads it."""
+    return parse_jobs_text(_read(path), str(path))
+
+
+def _load(text: str, source: str) -> tuple[Any, yaml.Node | None]:
     try:
         data = yaml.load(text, Loader=JobFileLoader)  # JobFileLoader is a SafeLoader
         tree = yaml.compose(text, Loader=JobFileLoader)
@@ -76,18 +84,64 @@ def parse_job_text(text: str, source: str) -> api.JobSubmit:
         raise ParseError(
             f"not YAML: {getattr(e, 'problem', e)}", source=source, line=None if mark is None else mark.line + 1
         ) from None
+    return data, tree
+
+
+def _job(data: object, tree: yaml.Node | None, at: tuple[str, ...], source: str) -> api.JobSubmit:
+    """``data`` (the mapping at ``at`` in the file) as a job; a problem named by its full path and line."""
     if not isinstance(data, dict):
-        raise ParseError("a job file is a mapping of job fields (command:, gpus_per_task:, ...)", source=source, line=1)
+        what = "a job file is a mapping of job fields (command:, gpus_per_task:, ...)"
+        raise ParseError(f"{dotted(at)}: {what}" if at else what, source=source, line=line_of(tree, at) or 1)
     try:
         return api.JobSubmit.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
-        raise ParseError(describe(err), source=source, line=line_of(tree, err["loc"])) from None
+        loc = (*at, *err["loc"])
+        raise ParseError(describe(err, loc), source=source, line=line_of(tree, loc)) from None
 
 
-def describe(err: ErrorDetails) -> str:
-    """One validation error as a sentence that starts with the field's path."""
-    path = dotted(err["loc"])
+def parse_job_text(text: str, source: str) -> api.JobSubmit:
+    data, tree = _load(text, source)
+    return _job(data, tree, (), source)
+
+
+def parse_jobs_text(text: str, source: str) -> list[tuple[str, api.JobSubmit]]:
+    """One job (named "") or a pipeline: ``jobs:`` maps names to jobs, and a job's ``after`` may name the
+    pipeline's other jobs (any other name is a stored job's id). Returned in an order that submits every job
+    after those it names; a cycle is a ParseError naming it (a -> b -> a), at the ``after`` line of its first job."""
+    data, tree = _load(text, source)
+    if not (isinstance(data, dict) and "jobs" in data):
+        return [("", _job(data, tree, (), source))]
+    for key in data:
+        if key not in ("version", "jobs"):
+            raise ParseError(
+                f"{key}: unknown field (a pipeline has version: and jobs:)", source=source, line=line_of(tree, (key,))
+            )
+    version = data.get("version", api.SPEC_VERSION)
+    if version != api.SPEC_VERSION:
+        raise ParseError(
+            f"version: job spec version {version!r} is not supported (this gpupool reads version {api.SPEC_VERSION})",
+            source=source,
+            line=line_of(tree, ("version",)),
+        )
+    jobs = data["jobs"]
+    if not isinstance(jobs, dict) or not jobs:
+        raise ParseError("jobs: a mapping of job names to jobs", source=source, line=line_of(tree, ("jobs",)))
+    parsed = {
+        str(n): _job(j if not isinstance(j, dict) else {"version": version, **j}, tree, ("jobs", str(n)), source)
+        for n, j in jobs.items()
+    }
+    named = {n: [i for d in job.after for i in d.jobs if i in parsed] for n, job in parsed.items()}
+    try:
+        order = dependency_order(named)
+    except InputError as e:
+        raise ParseError(e.reason, source=source, line=line_of(tree, ("jobs", e.source, "after"))) from None
+    return [(n, parsed[n]) for n in order]
+
+
+def describe(err: ErrorDetails, loc: Sequence[int | str] | None = None) -> str:
+    """One validation error as a sentence that starts with the field's path (``loc``, else the error's)."""
+    path = dotted(err["loc"] if loc is None else loc)
     if err["type"] == "extra_forbidden":
         return f"{path}: unknown field (see `gpupool spec schema` for the fields a job file has)"
     if err["type"] == "missing":

@@ -8,7 +8,7 @@ from typing import Any
 import jsonschema_rs
 import pytest
 
-from gpupool.client.jobfile import dotted, job_schema, parse_job_text
+from gpupool.client.jobfile import dotted, job_schema, parse_job_text, parse_jobs_text
 from gpupool.domain.errors import ParseError
 from gpupool.schemas.api import JobSubmit
 
@@ -96,3 +96,53 @@ def test_the_schema_is_draft_2020_12_and_closed() -> None:
     assert s["$schema"].endswith("2020-12/schema") and s["additionalProperties"] is False
     assert {"version", "memory", "time_limit", "command"} <= set(s["properties"])
     jsonschema_rs.Draft202012Validator(s)  # a valid schema
+
+
+PIPELINE = """version: 1
+jobs:
+  train:
+    command: [python, train.py]
+    gpus_per_task: 8
+    after:
+      - {kind: afterok, jobs: [prep, j-stored]}
+  prep:
+    command: [python, prep.py]
+  eval:
+    command: [python, eval.py]
+    after: [{kind: afterany, jobs: [train]}]
+"""
+
+
+def test_a_pipeline_is_read_in_an_order_that_submits_each_after_those_it_names() -> None:
+    jobs = parse_jobs_text(PIPELINE, "p.yaml")
+    assert [n for n, _ in jobs] == ["prep", "train", "eval"]
+    assert jobs[1][1].after[0].jobs == ["prep", "j-stored"]  # the names; the CLI puts the ids in
+    assert [n for n, _ in parse_jobs_text("command: [a]\n", "j.yaml")] == [""]  # one job: unnamed
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (
+            PIPELINE.replace(
+                "    command: [python, prep.py]", "    command: [a]\n    after: [{kind: after, jobs: [eval]}]"
+            ),
+            "p.yaml:6: dependency cycle: train -> prep -> eval -> train",
+        ),
+        (
+            "jobs:\n  a:\n    command: [a]\n    after:\n      - {kind: afterok, jobs: [a]}\n",
+            "p.yaml:4: dependency cycle: a -> a",
+        ),
+        ("jobs:\n  a:\n    command: [a]\n    memory: 4Qi\n", "p.yaml:4: jobs.a.memory: unknown unit 'Qi'"),
+        (
+            "jobs:\n  a:\n    command: [a]\nname: x\n",
+            "p.yaml:4: name: unknown field (a pipeline has version: and jobs:)",
+        ),
+        ("version: 3\njobs:\n  a:\n    command: [a]\n", "p.yaml:1: version: job spec version 3 is not supported"),
+        ("jobs:\n  a: [x]\n", "p.yaml:2: jobs.a: a job file is a mapping"),
+    ],
+)
+def test_a_bad_pipeline_names_the_problem_and_its_line(text: str, where: str) -> None:
+    with pytest.raises(ParseError) as e:
+        parse_jobs_text(text, "p.yaml")
+    assert str(e.value).startswith(where), str(e.value)
