@@ -10,6 +10,7 @@ import pytest
 
 from gpupool.domain.errors import InputError
 from gpupool.domain.sbatch import output_path_shell, parse_options, parse_script
+from gpupool.domain.workload import rank_place, slurm_env
 
 SCRIPT = """#!/bin/bash -l
 # a comment
@@ -102,3 +103,14 @@ def test_output_names_expand_in_the_shell() -> None:
     assert plain == "j-9_4294967294"
     with pytest.raises(InputError, match=r"%4 in 'x-%4a' is not supported"):
         output_path_shell("x-%4a", "o")
+
+
+def test_slurm_env_of_a_rank_in_a_two_node_array_element() -> None:
+    place = rank_place(["dgx001", "dgx001", "dgx002", "dgx002"], 2)
+    env = slurm_env("j-1.3", "sweep", place, "dgx[001-002]", 8, "research", "j-1", 3)
+    assert env["SLURM_JOB_ID"] == "j-1.3" and env["SLURM_ARRAY_JOB_ID"] == "j-1" and env["SLURM_ARRAY_TASK_ID"] == "3"
+    assert (env["SLURM_NNODES"], env["SLURM_NODEID"], env["SLURM_PROCID"], env["SLURM_LOCALID"]) == ("2", "1", "2", "0")
+    assert (env["SLURM_NTASKS"], env["SLURM_NTASKS_PER_NODE"], env["SLURMD_NODENAME"]) == ("4", "2", "dgx002")
+    assert env["SLURM_JOB_NODELIST"] == "dgx[001-002]" and env["SLURM_GPUS_ON_NODE"] == "8"
+    assert env["SLURM_JOB_PARTITION"] == "research" and env["SLURM_JOB_NAME"] == "sweep"
+    assert "SLURM_ARRAY_JOB_ID" not in slurm_env("j-2", "", place, "x", 1, "default")
