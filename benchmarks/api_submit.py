@@ -355,7 +355,7 @@ def main() -> None:
         for g in done:
             errors += len(all_ids & g[2])  # one job id answered to two submits would be a duplicate
             all_ids |= g[2]
-        metrics = httpx.get(f"{base}/metrics").text
+        metrics = httpx.get(f"{base}/metrics", headers=adm).text
         series = {
             line.split()[0]: float(line.split()[-1]) for line in metrics.splitlines() if line[:1] not in ("#", "")
         }

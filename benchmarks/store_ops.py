@@ -58,7 +58,7 @@ def _run(url: str, jobs: int, threads: int) -> dict[str, object]:
         store.record_allocation(f"a{i}", 1, alloc, actor="bench")
     placements = jobs / (time.perf_counter() - t0)
 
-    token = store.create_token("bench", actor="bench")
+    _, token = store.create_token("bench", actor="bench")
     n_auth = 500
     t0 = time.perf_counter()
     for _ in range(n_auth):

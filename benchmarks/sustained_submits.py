@@ -78,7 +78,7 @@ def tenant_token(base: str) -> str:
 
 
 def scrape(base: str) -> dict[str, float]:
-    text = httpx.get(f"{base}/metrics", timeout=10).text
+    text = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10).text
     out = {"placements": 0.0, "submits": 0.0, "gpus_free": 0.0}
     for line in text.splitlines():
         if line.startswith("gpupool_gpus_free{"):

@@ -53,6 +53,6 @@ def run(url: str, token: str, *args: str, cwd: Path | None = None) -> tuple[int,
 def tenant_token(url: str, tenant: str) -> str:
     code, _, err = run(url, ADMIN, "admin", "tenant", tenant)
     assert code == 0, err
-    code, out, err = run(url, ADMIN, "admin", "token", "--tenant", tenant)
+    code, out, err = run(url, ADMIN, "admin", "tokens", "create", "--tenant", tenant)
     assert code == 0, err
     return out.strip()

@@ -384,8 +384,9 @@ def test_a_server_that_is_down_is_one_line(files: Files, preloaded: None) -> Non
     """Every client command against a port where nothing listens: one line naming the server, exit 2."""
     down = f"http://127.0.0.1:{free_port()}"
     for argv in ("jobs", "job j-1", "cancel j-1", "nodes", "drain dgx001", "undrain dgx001", "label dgx001",
-                 "pools", "usage", "logs j-1", "admin tenant t", "admin token --tenant t", "admin join-token",
-                 "submit -- /bin/true"):  # fmt: skip
+                 "pools", "usage", "logs j-1", "admin tenant t", "admin tokens create --tenant t",
+                 "admin tokens list", "admin tokens revoke x", "admin join-tokens create", "admin join-tokens list",
+                 "admin join-tokens revoke x", "submit -- /bin/true"):  # fmt: skip
         code, err = run_forked(argv.split(), {"GPUPOOL_SERVER": down, "GPUPOOL_CONFIG": "/nonexistent"}, files.root)
         assert_refused(code, err, (down,))
     with pytest.raises(httpx.ConnectError):  # and it really was down

@@ -40,6 +40,7 @@ from gpupool.agent.gpu import FileGpuProbe, GpuProbe
 from gpupool.agent.health import NodeHealth, assess_node
 from gpupool.agent.ib import PortRates, SysfsIbProbe
 from gpupool.agent.isolation import Isolation, default_work_root, launch_files
+from gpupool.agent.nodetoken import KeptToken
 from gpupool.agent.nvml import NvmlGpuProbe, NvmlUnavailableError
 from gpupool.agent.push import CommandPoller, PollOutcome, PollRequest
 from gpupool.agent.reporter import (
@@ -47,6 +48,7 @@ from gpupool.agent.reporter import (
     BackoffPolicy,
     NodeUnknownError,
     ProtocolError,
+    RegistrationRefusedError,
     ServerClient,
     ServerUnavailableError,
 )
@@ -219,6 +221,7 @@ class Agent:
         self.backoff = Backoff(settings.backoff, settings.seed)
         self.stats = AgentStats()
         self.node_token: str | None = None
+        self._kept = KeptToken(settings.state_dir)
         self.interval_s = settings.interval_s
         self.seq = 0
         self._next_beat = 0.0
@@ -327,7 +330,15 @@ class Agent:
             self._mu.acquire()
 
     def register(self) -> None:
-        reply = self._unlocked(self.client.register, self.settings.join_token, self.inventory())
+        kept = self._kept.read()  # the node's own token from before a restart: it may take a live node's name
+        try:
+            reply = self._unlocked(self.client.register, kept or self.settings.join_token, self.inventory())
+        except RegistrationRefusedError as e:
+            if not kept:
+                raise
+            self.log(f"the kept node token was refused ({e}); registering with the join token")
+            reply = self._unlocked(self.client.register, self.settings.join_token, self.inventory())
+        self._kept.write(reply.node_token)
         self.node_token = reply.node_token
         if reply.heartbeat_interval_s > 0:
             self.interval_s = reply.heartbeat_interval_s

@@ -47,6 +47,13 @@ class ServerUnavailableError(GpupoolError):
     code = "SERVER_UNAVAILABLE"
 
 
+class NameTakenError(ServerUnavailableError):
+    """The server refused the registration for now (409): the name belongs to a live node (this node, restarted
+    without its kept token, until the server judges it lost), or the join token has no new node left."""
+
+    code = "NAME_TAKEN"
+
+
 class NodeUnknownError(GpupoolError):
     """The server does not know this node or its token any more (401/404): register again."""
 
@@ -124,7 +131,9 @@ class ServerClient:
     def register(self, join_token: str, req: RegisterRequest) -> RegisterReply:
         resp = self._post("/register", join_token, req)
         if resp.status_code in (401, 403):
-            raise RegistrationRefusedError(f"join token refused: {_detail(resp)}")
+            raise RegistrationRefusedError(f"token refused: {_detail(resp)}")
+        if resp.status_code == 409:
+            raise NameTakenError(f"registration refused for now: {_detail(resp)}")
         if resp.status_code >= 400:
             raise RegistrationRefusedError(f"registration refused: {_detail(resp)}")
         reply = self._parse(resp, RegisterReply, "/register")

@@ -324,20 +324,3 @@ def admin_tenant(name: str, weight: Annotated[float, typer.Option(help="fair-sha
     with _client() as c:
         t = c.create_tenant(name, weight)
     typer.echo(f"tenant {t.name} created (weight {t.weight})")
-
-
-@admin_app.command("token")
-def admin_token(
-    tenant: Annotated[str | None, typer.Option(help="the tenant it speaks for")] = None,
-    admin: Annotated[bool, typer.Option("--admin", help="an admin token instead")] = False,
-) -> None:
-    """Create an API token; it is printed once and never stored in clear."""
-    with _client() as c:
-        typer.echo(c.create_token(tenant, admin=admin).token)
-
-
-@admin_app.command("join-token")
-def admin_join_token(ttl: Annotated[float | None, typer.Option(help="seconds it stays valid")] = None) -> None:
-    """Create an agent join token; printed once."""
-    with _client() as c:
-        typer.echo(c.create_join_token(ttl).token)

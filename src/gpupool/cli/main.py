@@ -70,7 +70,7 @@ COMMANDS: dict[str, Entry] = {
         _CLI, "label", "Show a node's labels; set (key=value) and remove (key-) its admin labels (admin).", panel=_OPS
     ),
     "pools": Entry(_CLI, "pools", "List pools and their calendar versions.", panel=_OPS),
-    "admin": Entry(_CLI, "admin_app", "Operator commands (need an admin token).", panel=_OPS),
+    "admin": Entry("gpupool.cli.admin", "admin_app", "Operator commands (need an admin token).", panel=_OPS),
     "server": Entry(
         "gpupool.cli.server",
         "server",

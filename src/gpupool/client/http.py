@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 import yaml
@@ -177,11 +178,24 @@ class Client:
     def create_tenant(self, name: str, weight: float = 1.0) -> api.TenantOut:
         return self._call("POST", "/v1/tenants", api.TenantOut, json={"name": name, "weight": weight})
 
-    def create_token(self, tenant: str | None, *, admin: bool = False) -> api.TokenOut:
-        return self._call("POST", "/v1/tokens", api.TokenOut, json={"tenant": tenant, "admin": admin})
+    def create_token(self, body: api.TokenIn) -> api.TokenOut:
+        return self._call("POST", "/v1/tokens", api.TokenOut, json=body.model_dump(mode="json", exclude_none=True))
 
-    def create_join_token(self, ttl_s: float | None = None) -> api.TokenOut:
-        return self._call("POST", "/v1/join-tokens", api.TokenOut, json={"ttl_s": ttl_s})
+    def tokens(self, tenant: str | None = None) -> api.TokenList:
+        params = {} if tenant is None else {"tenant": tenant}
+        return self._call("GET", "/v1/tokens", api.TokenList, params=params)
+
+    def revoke_token(self, token_id: str) -> api.TokenInfoOut:
+        return self._call("DELETE", f"/v1/tokens/{quote(token_id, safe='')}", api.TokenInfoOut)
+
+    def create_join_token(self, body: api.JoinTokenIn) -> api.TokenOut:
+        return self._call("POST", "/v1/join-tokens", api.TokenOut, json=body.model_dump(mode="json", exclude_none=True))
+
+    def join_tokens(self) -> api.JoinTokenList:
+        return self._call("GET", "/v1/join-tokens", api.JoinTokenList)
+
+    def revoke_join_token(self, token_id: str) -> api.JoinTokenInfoOut:
+        return self._call("DELETE", f"/v1/join-tokens/{quote(token_id, safe='')}", api.JoinTokenInfoOut)
 
 
 def _message(r: httpx.Response) -> str:

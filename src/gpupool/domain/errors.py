@@ -78,6 +78,18 @@ class ConflictError(GpupoolError):
     code = "CONFLICT"
 
 
+class NodeNameTakenError(ConflictError):
+    """A registration with a join token for the name of a live node: only its node token or an admin may."""
+
+    code = "NODE_NAME_TAKEN"
+
+
+class JoinTokenSpentError(ConflictError):
+    """A join token that has registered as many new nodes as its admin allowed (or was revoked meanwhile)."""
+
+    code = "JOIN_TOKEN_SPENT"
+
+
 class StaleVersionError(ConflictError):
     """A guarded update whose expected version is not the stored one: someone else changed the record first."""
 

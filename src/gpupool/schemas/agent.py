@@ -98,7 +98,9 @@ class RegisterRequest(_Msg):
     protocol: int = PROTOCOL_VERSION
     host: str = Field(min_length=1, max_length=253)
     agent_version: str = ""
-    agent_url: str = ""  # where the agent serves workload logs (http://127.0.0.1:PORT); "" = none
+    # Where the agent serves workload logs (http://127.0.0.1:PORT; "" = none). The server takes only its scheme
+    # and port, at the address the registration came from: never a host a node names.
+    agent_url: str = ""
     # The address peers reach this node at (MASTER_ADDR when it hosts rank 0); "" = the server uses the
     # address the registration came from, which is wrong behind NAT or when the agent talks over another NIC.
     address: str = Field(default="", max_length=253)

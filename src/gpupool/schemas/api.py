@@ -504,17 +504,61 @@ class QuotaList(_Out):
     quotas: list[QuotaOut]
 
 
-class TokenIn(_In):
+class _Expiry(_In):
+    # At most one of the two (the store says so, naming the field); neither: the token never expires.
+    expires_in_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86_400)
+    expires_at_s: float | None = Field(default=None, gt=0, le=1e12)  # seconds since the epoch
+    note: Text = Field(default="", max_length=256)  # what it is for: shown in listings, never a secret
+
+
+class TokenIn(_Expiry):
     tenant: Text | None = Field(default=None, min_length=1, max_length=128)
     admin: bool = False
 
 
+class JoinTokenIn(_Expiry):
+    max_nodes: int | None = Field(default=None, ge=1, le=1_000_000)  # new node names it may register; None: any
+
+
 class TokenOut(_Out):
     token: str  # the clear text: shown once, never stored
+    id: str
+    expires_s: float | None = None
 
 
-class JoinTokenIn(_In):
-    ttl_s: float | None = Field(default=None, gt=0, le=1e9)
+TokenState = Literal["active", "expired", "revoked"]
+
+
+class TokenInfoOut(_Out):
+    """An API token as listed: never its secret."""
+
+    id: str
+    tenant: str | None
+    admin: bool
+    note: str
+    created_s: float
+    expires_s: float | None
+    revoked_s: float | None
+    state: TokenState
+
+
+class TokenList(_Out):
+    tokens: list[TokenInfoOut]
+
+
+class JoinTokenInfoOut(_Out):
+    id: str
+    note: str
+    created_s: float
+    expires_s: float | None
+    revoked_s: float | None
+    max_nodes: int | None
+    used_nodes: int  # new node names it registered
+    state: TokenState
+
+
+class JoinTokenList(_Out):
+    join_tokens: list[JoinTokenInfoOut]
 
 
 class UsageRow(_Out):

@@ -35,14 +35,15 @@ from gpupool.domain.errors import (
 from gpupool.schemas import agent as proto
 from gpupool.schemas import api
 from gpupool.server.accounting import router as accounting_router
-from gpupool.server.auth import bearer
+from gpupool.server.auth import AuthError, bearer
 from gpupool.server.core import Server, build_server
 from gpupool.server.door import AuthFailures, BodyLimit
 from gpupool.server.fastsubmit import SubmitFastPath
-from gpupool.server.gateway import AuthError, ProtocolUnsupportedError
+from gpupool.server.gateway import ProtocolUnsupportedError
 from gpupool.server.logs import RequestIds
 from gpupool.server.routes import AgentUnreachableError, ForbiddenError, Srv, router
 from gpupool.server.settings import Settings
+from gpupool.server.token_routes import router as token_router
 from gpupool.web import mount as mount_dashboard
 
 log = logging.getLogger("gpupool.server")
@@ -103,7 +104,7 @@ def _errors() -> dict[int | str, dict[str, object]]:
 async def is_admin(srv: Server, authorization: str) -> bool | None:
     """Whether ``authorization`` carries an admin token, None a token of nobody (the body limit's check)."""
     try:
-        who = srv.auth.cached(authorization)
+        who = srv.auth.bootstrap(authorization)
         if who is None:
             who = await run_in_threadpool(srv.auth.principal, authorization)
     except AuthError:
@@ -135,6 +136,7 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.include_router(router)
     app.include_router(accounting_router)
+    app.include_router(token_router)
     # JSON submits skip FastAPI's per-request machinery (see fastsubmit); the route above serves the rest.
     app.add_middleware(SubmitFastPath, server=srv, error_response=error_response)
     # The door (see door.py), outside the fast path: a body past its limit is refused before any of it is
@@ -165,8 +167,14 @@ def create_app(
         headers = None if fault is None else {"Retry-After": str(math.ceil(fault.retry_after_s or 1))}
         return Response(out.model_dump_json(), 200 if fault is None else 503, headers, "application/json")
 
-    @app.get("/metrics", response_class=Response)
-    def metrics(s: Srv) -> Response:
+    @app.get(
+        "/metrics", response_class=Response, responses={401: {"model": api.ErrorOut}, 403: {"model": api.ErrorOut}}
+    )
+    def metrics(s: Srv, authorization: Annotated[str | None, Header()] = None) -> Response:
+        """Prometheus text. It names tenants and nodes, so it needs an admin token or ``metrics_token``,
+        unless ``metrics_open`` is set."""
+        if not s.settings.metrics_open and not s.auth.may_scrape(authorization):
+            raise ForbiddenError("/metrics needs an admin token or the metrics token")
         return Response(s.metrics.render(), media_type="text/plain; version=0.0.4")
 
     @app.post("/v1/agents/register", response_model=proto.RegisterReply, responses=_PROTOCOL)
@@ -174,8 +182,13 @@ def create_app(
         body: proto.RegisterRequest, request: Request, s: Srv, authorization: Annotated[str | None, Header()] = None
     ) -> proto.RegisterReply:
         s.gateway.check_protocol(body.host, body)
-        address = body.address or (request.client.host if request.client is not None else "")
-        return s.gateway.register(body, bearer(authorization), address)
+        token = bearer(authorization)
+        # A join or node token is the gateway's to judge; any other token must be an admin's.
+        who = None if token.startswith(("gpj_", "gpn_")) else s.auth.principal(authorization)
+        if who is not None and not who.admin:
+            raise ForbiddenError("registering a node needs a join token, its node token or an admin token")
+        peer = request.client.host if request.client is not None else ""
+        return s.gateway.register(body, token, peer, who)
 
     @app.post("/v1/agents/{host}/heartbeat", response_model=proto.HeartbeatReply, responses=_PROTOCOL)
     def heartbeat(

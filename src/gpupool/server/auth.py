@@ -1,69 +1,56 @@
 """Who is calling: bearer tokens checked against the bootstrap admin token and the store's hashed tokens.
 
-Checks are cached for ``auth_cache_s`` under the SHA-256 of the token (never the clear text), because the
-store's PBKDF2 check costs a millisecond and every request carries a token. The cost: a revoked token may
-still be honoured for that long.
+Nothing is cached: every request's token is looked up in the store (one primary-key read and a SHA-256, see
+``store.tokens``), so a revoked or expired token is refused on its very next request, whichever replica
+answers it. The bootstrap admin token (a setting, never stored) is compared without the store. ``/metrics``
+also takes the ``metrics_token`` setting, compared the same way.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import threading
-from collections.abc import Callable
 
-from gpupool.server.gateway import AuthError
+from gpupool.domain.errors import GpupoolError
 from gpupool.store import Principal, Store
 
 BOOTSTRAP = Principal(token_id="bootstrap", tenant=None, admin=True)
-_MAX_CACHED = 10_000
+
+
+class AuthError(GpupoolError):
+    code = "UNAUTHENTICATED"
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
 
 
 class Authenticator:
-    def __init__(self, store: Store, admin_token: str, cache_s: float, clock: Callable[[], float]) -> None:
+    def __init__(self, store: Store, admin_token: str, metrics_token: str = "") -> None:
         self._store = store
-        self._admin = hashlib.sha256(admin_token.encode()).digest() if admin_token else None
-        self._cache_s = cache_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._cache: dict[bytes, tuple[Principal | None, float]] = {}
+        self._admin = _digest(admin_token) if admin_token else None
+        self._metrics = _digest(metrics_token) if metrics_token else None
 
-    def cached(self, authorization: str | None) -> Principal | None:
-        """The principal without touching the store, or None when only ``principal`` (a store read) can tell.
-
-        For the event loop: a hit costs a hash and a dict lookup; a miss must not run PBKDF2 there.
-        """
+    def bootstrap(self, authorization: str | None) -> Principal | None:
+        """The bootstrap admin, recognised without the store (so on the event loop), or None: then only
+        ``principal`` (a store read, for a worker thread) can tell."""
         token = bearer(authorization)
-        digest = hashlib.sha256(token.encode()).digest()
-        if self._admin is not None and hmac.compare_digest(digest, self._admin):
+        if self._admin is not None and hmac.compare_digest(_digest(token), self._admin):
             return BOOTSTRAP
-        with self._lock:
-            hit = self._cache.get(digest)
-        if hit is None or hit[1] <= self._clock():
-            return None
-        if hit[0] is None:
-            raise AuthError("the token is unknown or revoked")
-        return hit[0]
+        return None
 
     def principal(self, authorization: str | None) -> Principal:
-        token = bearer(authorization)
-        digest = hashlib.sha256(token.encode()).digest()
-        if self._admin is not None and hmac.compare_digest(digest, self._admin):
-            return BOOTSTRAP
-        now = self._clock()
-        with self._lock:
-            hit = self._cache.get(digest)
-        if hit is not None and hit[1] > now:
-            found = hit[0]
-        else:
-            found = self._store.authenticate(token)
-            with self._lock:
-                if len(self._cache) >= _MAX_CACHED:
-                    self._cache.clear()
-                self._cache[digest] = (found, now + self._cache_s)
+        found = self.bootstrap(authorization) or self._store.authenticate(bearer(authorization))
         if found is None:
-            raise AuthError("the token is unknown or revoked")
+            raise AuthError("the token is unknown, revoked or expired")
         return found
+
+    def may_scrape(self, authorization: str | None) -> bool:
+        """Whether ``authorization`` may read ``/metrics``: the metrics token or an admin token."""
+        token = bearer(authorization)
+        if self._metrics is not None and hmac.compare_digest(_digest(token), self._metrics):
+            return True
+        return self.principal(authorization).admin
 
 
 def bearer(authorization: str | None) -> str:

@@ -82,7 +82,7 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
         hosts=hosts,
     )
     gateway = AgentGateway(store, ops, fabrics, settings, loop.nudge, clock, seen, hosts, loop.live)
-    auth = Authenticator(store, settings.admin_token, settings.auth_cache_s, clock)
+    auth = Authenticator(store, settings.admin_token, settings.metrics_token)
     # The loop folds new jobs in without reading them back; two writers where transactions can overlap.
     submits = SubmitWriter(
         ops,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
 
 from gpupool.domain.containers import container_from_json
 from gpupool.domain.errors import GpupoolError
@@ -49,6 +50,7 @@ from gpupool.schemas.agent import (
     accepts,
     unknown_fields,
 )
+from gpupool.server.auth import AuthError, actor
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.hostcache import HostCache
 from gpupool.server.labels import derived_labels
@@ -56,16 +58,28 @@ from gpupool.server.live import LeafMap, LiveInbox, PortCounters, gpu_events, re
 from gpupool.server.liveness import LastSeen
 from gpupool.server.settings import Settings
 from gpupool.server.telemetry import LiveTelemetry
-from gpupool.store import Store
+from gpupool.store import Principal, Store
 from gpupool.store.ranks import RankReport, parse_assignment_id
-from gpupool.store.server_ops import Assignment, ServerOps
+from gpupool.store.server_ops import Assignment, Registrant, ServerOps
+from gpupool.store.tokens import split_token
 
 log = logging.getLogger("gpupool.server.gateway")
 _GRADE = {"ok": HealthGrade.OK, "degraded": HealthGrade.DEGRADED, "bad": HealthGrade.BAD}
 
 
-class AuthError(GpupoolError):
-    code = "UNAUTHENTICATED"
+def log_url(announced: str, peer: str) -> str:
+    """Where the server reaches an agent's log server: the address its registration came from (``peer``) and
+    the scheme and port of the URL it announced; its host name and path are ignored, so no registration can
+    point the server at another machine or service. "" (no logs) when nothing usable was announced."""
+    try:
+        parts = urlsplit(announced)
+        port = parts.port
+    except ValueError:
+        return ""
+    if parts.scheme not in ("http", "https") or not peer:
+        return ""
+    host = f"[{peer}]" if ":" in peer else peer
+    return f"{parts.scheme}://{host}" + ("" if port is None else f":{port}")
 
 
 class ProtocolUnsupportedError(GpupoolError):
@@ -123,19 +137,29 @@ class AgentGateway:
             )
 
     # -- register ----------------------------------------------------------------------------------------------
-    def register(self, req: RegisterRequest, join_token: str, address: str) -> RegisterReply:
-        if not self._store.check_join_token(join_token):
-            raise AuthError("the join token is unknown, revoked or expired")
-        actor = f"agent:{req.host}"
+    def register(self, req: RegisterRequest, token: str, peer: str, admin: Principal | None = None) -> RegisterReply:
+        """Register (or re-register) ``req.host``. ``token``: a join token (a new name, or one whose node is not
+        live), the host's own node token, or, with ``admin`` the principal it was found to be, an admin token.
+        ``peer``: the address the request came from; the server reaches the agent's log server there only,
+        at the port the agent announced (``log_url``), never at a URL the agent chose."""
+        by = self._registrant(req.host, token, admin)
+        by_whom = f"agent:{req.host}" if admin is None else actor(admin)
         model = req.gpus[0].model if req.gpus else ""
         # Derived from the imported fabric only (parsed once per version): no fabric is built per registration.
         fabric, _ = self._fabrics.imported()
         labels = {**derived_labels(fabric, req), **req.labels}  # the node's configuration wins over derivation
-        self._store.upsert_node(req.host, gpu_model=model, gpu_count=len(req.gpus), labels=labels, actor=actor)
-        token = self._ops.register_agent(
-            req.host, agent_url=req.agent_url, address=address, inventory=req.model_dump(mode="json"), actor=actor
+        # The registration (and the right to the name) first: a refused one changes nothing of the node.
+        node_token = self._ops.register_agent(
+            req.host,
+            by=by,
+            log_url=log_url(req.agent_url, peer),
+            address=req.address or peer,
+            inventory=req.model_dump(mode="json"),
+            actor=by_whom,
+            live_within_s=self._settings.node_lost_after_s,
         )
-        node = self._store.heartbeat(req.host, actor=actor)
+        self._store.upsert_node(req.host, gpu_model=model, gpu_count=len(req.gpus), labels=labels, actor=by_whom)
+        node = self._store.heartbeat(req.host, actor=by_whom)
         self._hosts.forget_token(req.host)  # the old token stops working here at once
         self._leaves.forget(req.host)  # its HCAs may have changed
         self._hosts.put_node(node)  # a new node, or a changed GPU count
@@ -143,11 +167,24 @@ class AgentGateway:
         self._wake()
         now = self._clock()
         return RegisterReply(
-            node_token=token,
+            node_token=node_token,
             heartbeat_interval_s=self._settings.heartbeat_interval_s,
             server_time_s=now,
             command_wait_s=self._settings.command_wait_s,
         )
+
+    def _registrant(self, host: str, token: str, admin: Principal | None) -> Registrant:
+        if admin is not None:
+            return Registrant("admin", admin.token_id)
+        if token.startswith("gpn_"):
+            parts = split_token(token, "gpn")
+            if parts is None or self._ops.check_node_token(host, token) is None:
+                raise AuthError(f"not the node token of {host}")
+            return Registrant("node", parts[0])
+        join = self._store.check_join_token(token)
+        if join is None:
+            raise AuthError("the join token is unknown, revoked or expired")
+        return Registrant("join", join.id)
 
     def check_node(self, host: str, token: str) -> None:
         fresh, known = self._hosts.token_check(host, token)

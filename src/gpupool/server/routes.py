@@ -48,10 +48,10 @@ Srv = Annotated[Server, Depends(server)]
 
 
 async def principal(srv: Srv, authorization: Annotated[str | None, Header()] = None) -> Principal:
-    found = srv.auth.cached(authorization)
+    found = srv.auth.bootstrap(authorization)
     if found is not None:
         return found
-    return await run_in_threadpool(srv.auth.principal, authorization)  # a store read and PBKDF2: not here
+    return await run_in_threadpool(srv.auth.principal, authorization)  # a store read: not on the event loop
 
 
 Who = Annotated[Principal, Depends(principal)]
@@ -108,9 +108,9 @@ async def accept_submit(
     srv: Server, body: api.JobSubmit, authorization: str | None, header_key: str | None
 ) -> Response:
     """Authenticate, check, queue for the group commit and answer once committed: 201 new, 200 the key's job."""
-    who = srv.auth.cached(authorization)
+    who = srv.auth.bootstrap(authorization)
     if who is None:
-        who = await run_in_threadpool(srv.auth.principal, authorization)  # a store read and PBKDF2: not here
+        who = await run_in_threadpool(srv.auth.principal, authorization)  # a store read: not on the event loop
     if header_key is not None and not 0 < len(header_key) <= 256:
         raise InputError("an Idempotency-Key header has 1..256 characters", source="header.idempotency-key")
     if who.admin:
@@ -473,16 +473,6 @@ def _quota_out(q: Quota) -> api.QuotaOut:
         lending_limit_gpus=q.lending_limit_gpus,
         cohort=q.cohort,
     )
-
-
-@router.post("/tokens", response_model=api.TokenOut, status_code=201)
-def create_token(body: api.TokenIn, srv: Srv, who: Admin) -> api.TokenOut:
-    return api.TokenOut(token=srv.store.create_token(body.tenant, actor(who), admin=body.admin))
-
-
-@router.post("/join-tokens", response_model=api.TokenOut, status_code=201)
-def create_join_token(body: api.JoinTokenIn, srv: Srv, who: Admin) -> api.TokenOut:
-    return api.TokenOut(token=srv.store.create_join_token(actor(who), ttl_s=body.ttl_s))
 
 
 # -- usage -----------------------------------------------------------------------------------------------------

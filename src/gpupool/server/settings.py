@@ -10,8 +10,8 @@ The ``scheduler`` section (``scheduler.settings.SchedulerSettings``) is what dec
 dataclasses' types (not a second model of them), then by ``scheduler.settings.problems``; a bad value is
 one ``ParseError`` naming the setting and the file line or the variable it came from.
 
-The admin token is a secret: it is compared, never stored or logged, and ``repr`` and ``print_config`` hide
-it (and the password of the database URL).
+The admin and metrics tokens are secrets: compared, never stored or logged, and ``repr`` and ``print_config``
+hide them (and the password of the database URL).
 """
 
 from __future__ import annotations
@@ -64,7 +64,12 @@ class Settings:
     lease_ttl_s: float = 6.0
     lease_renew_s: float = 1.5  # the leader renews this often: a few chances before the lease runs out
     leader_retry_s: float = 1.0
-    auth_cache_s: float = 10.0  # a revoked token may be honoured this long after revocation
+    # A node token's check is trusted this long between reads of its stored hash (a re-registration ends it at
+    # once on the replica that took it, within host_cache_s on the others). API tokens are never cached.
+    auth_cache_s: float = 10.0
+    # /metrics needs an admin token or this one (a secret, like admin_token), unless metrics_open.
+    metrics_token: str = field(default="", repr=False)
+    metrics_open: bool = False
     # A replica that did not make a change (a standby taking beats) sends its launches/stops this much later.
     host_cache_s: float = 1.0
     socket_ifname: str = ""  # NCCL_SOCKET_IFNAME for workloads ("" = let NCCL choose)
@@ -113,7 +118,7 @@ _MOVED = frozenset(
     {"policy", "placer", "preemption", "preemption_grace_s", "preemption_min_runtime_s", "require_quota"}
     | {"usage_half_life_s"}
 )
-_SECRETS = frozenset({"admin_token"})
+_SECRETS = frozenset({"admin_token", "metrics_token"})
 _ADAPTER: TypeAdapter[Settings] = TypeAdapter(Settings)
 
 

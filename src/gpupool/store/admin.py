@@ -1,8 +1,7 @@
-"""Nodes, the fabric, tenants, quotas, pools, tokens and the audit log: the operator's side of the store.
+"""Nodes, the fabric, tenants, quotas, pools and the audit log: the operator's side of the store.
 
 Node state changes go through ``gpupool.domain.states.transition`` like jobs do; every change here writes an
-audit event in the same transaction. Tokens are stored hashed (see ``tokens``); the clear text leaves this
-module once, as the return value of the call that made it, and is never put in an audit event.
+audit event in the same transaction. Tokens are the store's too, in ``tokens``.
 """
 
 from __future__ import annotations
@@ -20,15 +19,12 @@ from gpupool.domain.sharing import Quota
 from gpupool.domain.states import NODE_TRANSITIONS, NodeState, transition
 from gpupool.fabric import jsonio
 from gpupool.fabric.fabric import Fabric
-from gpupool.store import tokens
 from gpupool.store.base import StoreBase, dumps, loads
 from gpupool.store.fencing import Fence
-from gpupool.store.records import AuditEvent, NodeRecord, PoolRecord, Principal, StoredFabric, TenantRecord
+from gpupool.store.records import AuditEvent, NodeRecord, PoolRecord, StoredFabric, TenantRecord
 from gpupool.store.rows import (
-    ApiTokenRow,
     AuditRow,
     FabricRow,
-    JoinTokenRow,
     NodeRow,
     PoolRow,
     QuotaRow,
@@ -385,73 +381,6 @@ class AdminMixin(StoreBase):
             if getattr(gone, "rowcount", 0) == 0:
                 raise NotFoundError(f"pool {name!r} is not defined")
             self._audit(s, actor, "pool.deleted", f"pool/{name}", {}, self._clock())
-
-    # -- tokens ------------------------------------------------------------------------------------------------
-    def create_token(self, tenant: str | None, actor: str, *, admin: bool = False) -> str:
-        """A new API token for a tenant (or an admin token, ``tenant`` None): the clear text, shown once."""
-        if tenant is None and not admin:
-            raise InputError("a token speaks for a tenant, or is an admin token", source="<token>")
-        made = tokens.new_token("gpt")
-        with self._tx(write=True) as s:
-            if tenant is not None:
-                self._require_tenant(s, tenant)
-            now = self._clock()
-            s.add(
-                ApiTokenRow(
-                    id=made.id, tenant=tenant, admin=admin, secret_hash=made.hashed, created_s=now, revoked_s=None
-                )
-            )
-            data = {"token_id": made.id, "tenant": tenant, "admin": admin}
-            self._audit(s, actor, "token.created", f"token/{made.id}", data, now)
-        return made.clear
-
-    def authenticate(self, clear: str) -> Principal | None:
-        """The principal a clear token speaks for, or None for an unknown, revoked or malformed token."""
-        parts = tokens.split_token(clear, "gpt")
-        if parts is None:
-            return None
-        token_id, secret = parts
-        with self._tx(write=False) as s:
-            row = s.get(ApiTokenRow, token_id)
-            found = None if row is None else (row.secret_hash, row.revoked_s, row.tenant, row.admin)
-        if found is None or found[1] is not None:
-            # Hash anyway, so an unknown id costs as long as a wrong secret and timing tells nothing.
-            tokens.verify_secret(secret, tokens.DUMMY_HASH)
-            return None
-        if not tokens.verify_secret(secret, found[0]):
-            return None
-        return Principal(token_id=token_id, tenant=found[2], admin=found[3])
-
-    def revoke_token(self, token_id: str, actor: str) -> None:
-        with self._tx(write=True) as s:
-            row = s.get(ApiTokenRow, token_id)
-            if row is None:
-                raise NotFoundError(f"token {token_id!r} is not stored")
-            now = self._clock()
-            row.revoked_s = now
-            self._audit(s, actor, "token.revoked", f"token/{token_id}", {}, now)
-
-    def create_join_token(self, actor: str, *, ttl_s: float | None = None) -> str:
-        """A token an agent presents to register its node; the clear text, shown once."""
-        made = tokens.new_token("gpj")
-        with self._tx(write=True) as s:
-            now = self._clock()
-            expires = None if ttl_s is None else now + ttl_s
-            s.add(JoinTokenRow(id=made.id, secret_hash=made.hashed, created_s=now, expires_s=expires, revoked_s=None))
-            self._audit(s, actor, "join_token.created", f"join_token/{made.id}", {"expires_s": expires}, now)
-        return made.clear
-
-    def check_join_token(self, clear: str) -> bool:
-        parts = tokens.split_token(clear, "gpj")
-        if parts is None:
-            return False
-        with self._tx(write=False) as s:
-            row = s.get(JoinTokenRow, parts[0])
-            found = None if row is None else (row.secret_hash, row.revoked_s, row.expires_s)
-        if found is None or found[1] is not None or (found[2] is not None and self._clock() >= found[2]):
-            tokens.verify_secret(parts[1], tokens.DUMMY_HASH)
-            return False
-        return tokens.verify_secret(parts[1], found[0])
 
     # -- audit -------------------------------------------------------------------------------------------------
     def list_audit(

@@ -173,7 +173,7 @@ class FabricRow(Base):
 
 
 class ApiTokenRow(Base):
-    """A tenant's or an admin's API token: only a salted hash is kept; ``id`` is the lookup prefix."""
+    """A tenant's or an admin's API token: only a hash is kept (``store.tokens``); ``id`` is the lookup prefix."""
 
     __tablename__ = "api_tokens"
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -182,10 +182,13 @@ class ApiTokenRow(Base):
     secret_hash: Mapped[str] = mapped_column(String(256))
     created_s: Mapped[float] = mapped_column(Float)
     revoked_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Migration 0011: refused from this time on (NULL: never), and what the admin said it is for.
+    expires_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    note: Mapped[str] = mapped_column(String(256), default="", server_default="")
 
 
 class JoinTokenRow(Base):
-    """An agent join token: hashed like API tokens; an agent presents it once to register its node."""
+    """An agent join token: hashed like API tokens; an agent presents it to register a new node."""
 
     __tablename__ = "agent_join_tokens"
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -193,6 +196,11 @@ class JoinTokenRow(Base):
     created_s: Mapped[float] = mapped_column(Float)
     expires_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     revoked_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Migration 0011: how many new node names it may register (NULL: any number, as every token before), how
+    # many it has, and what the admin said it is for.
+    max_nodes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    used_nodes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    note: Mapped[str] = mapped_column(String(256), default="", server_default="")
 
 
 class AuditRow(Base):
@@ -234,7 +242,8 @@ class JobCommandRow(Base):
 
 
 class AgentRow(Base):
-    """An agent's registration: the node token's hash, its URL and address, its inventory."""
+    """An agent's registration: the node token's hash, its log server's URL (the registration's peer address with
+    the port the agent announced), its address for peers (MASTER_ADDR), its inventory."""
 
     __tablename__ = "server_agents"
     host: Mapped[str] = mapped_column(String(256), primary_key=True)

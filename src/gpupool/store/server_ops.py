@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
@@ -23,20 +23,22 @@ from gpupool.domain.errors import (
     ConflictError,
     GpupoolError,
     InputError,
+    JoinTokenSpentError,
+    NodeNameTakenError,
     NotFoundError,
     TenantPendingLimitError,
     UnknownNameError,
     UnstorableInputError,
 )
 from gpupool.domain.jobs import JobSpec
-from gpupool.domain.states import JobState
+from gpupool.domain.states import JobState, NodeState
 from gpupool.store import tokens
 from gpupool.store.base import dumps, loads
 from gpupool.store.codec import spec_to_json
 from gpupool.store.fencing import Fence
 from gpupool.store.jobs import MAX_KEY, job_record
 from gpupool.store.records import JobRecord
-from gpupool.store.rows import AgentRow, AllocationRow, AuditRow, FabricRow, JobCommandRow, JobRow, TenantRow
+from gpupool.store.rows import AgentRow, AllocationRow, AuditRow, FabricRow, JobCommandRow, JobRow, NodeRow, TenantRow
 from gpupool.store.store import Store
 
 _ROWS_PER_INSERT = 1000  # 16 columns x 1,000 rows: well under PostgreSQL's 65,535 parameters a statement
@@ -95,6 +97,15 @@ class AgentRecord:
     address: str
     inventory: dict[str, Any]
     registered_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Registrant:
+    """Who registers a node: an agent with a join token or with the node's own token (``token_id``: that
+    token's id), or an admin (``token_id``: the admin's)."""
+
+    kind: Literal["join", "node", "admin"]
+    token_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,27 +489,73 @@ class ServerOps:
 
     # -- agents ------------------------------------------------------------------------------------------------
     def register_agent(
-        self, host: str, *, agent_url: str, address: str, inventory: Mapping[str, Any], actor: str
+        self,
+        host: str,
+        *,
+        by: Registrant,
+        log_url: str,
+        address: str,
+        inventory: Mapping[str, Any],
+        actor: str,
+        live_within_s: float,
     ) -> str:
-        """Record an agent's registration and give it a new node token (clear text, shown once)."""
+        """Record an agent's registration and give it a new node token (clear text, shown once).
+
+        With a join token (``by.kind == "join"``) a new name takes one of the token's uses, and a name already
+        registered is refused (NodeNameTakenError) while its node is live: not lost and beating within
+        ``live_within_s``; a node that is not live may be registered again with any usable join token, taking
+        no use. With the node's own token (checked by the caller, and here that it is still the current one)
+        or as an admin, any name. Decided in the registration's own transaction, so two racing for one name
+        or for a token's last use cannot both win.
+        """
         made = tokens.new_token("gpn")
         st = self.store
-        with st._tx(write=True) as s:
-            now = st._clock()
-            row = s.get(AgentRow, host)
-            if row is None:
-                row = AgentRow(host=host, registered_s=now)
-                s.add(row)
-            row.token_id, row.token_hash = made.id, made.hashed
-            row.agent_url, row.address, row.inventory, row.registered_s = (
-                agent_url,
-                address,
-                dumps(dict(inventory)),
-                now,
-            )
-            data = {"agent_url": agent_url, "address": address, "token_id": made.id}
-            st._audit(s, actor, "agent.registered", f"node/{host}", data, now)
+        try:
+            with st._tx(write=True) as s:
+                now = st._clock()
+                row = s.get(AgentRow, host, with_for_update=st._postgres)
+                self._may_register(s, host, row, by, now, live_within_s)
+                if row is None:
+                    row = AgentRow(host=host, registered_s=now)
+                    s.add(row)
+                row.token_id, row.token_hash = made.id, made.hashed
+                row.agent_url, row.address, row.inventory, row.registered_s = (
+                    log_url,
+                    address,
+                    dumps(dict(inventory)),
+                    now,
+                )
+                data = {"agent_url": log_url, "address": address, "token_id": made.id}
+                data |= {"by": by.kind, "by_token": by.token_id}
+                st._audit(s, actor, "agent.registered", f"node/{host}", data, now)
+        except (IntegrityError, self._dbapi_integrity):
+            raise NodeNameTakenError(f"node {host!r} was registered by another agent at the same time") from None
         return made.clear
+
+    @staticmethod
+    def _may_register(
+        s: Session, host: str, row: AgentRow | None, by: Registrant, now: float, live_within_s: float
+    ) -> None:
+        if by.kind == "node":
+            if row is None or row.token_id != by.token_id:
+                raise NodeNameTakenError(f"node {host!r}: that node token is no longer its current one")
+            return
+        if by.kind != "join":
+            return  # an admin
+        node = s.get(NodeRow, host)
+        if row is None and node is None:
+            if not tokens.spend_join_token(s, by.token_id, now):
+                raise JoinTokenSpentError(
+                    f"join token {by.token_id} has registered as many new nodes as it may (or was revoked)"
+                )
+            return
+        seen = None if node is None else node.last_heartbeat_s
+        live = node is not None and node.state != NodeState.LOST.value and seen is not None
+        if live and seen is not None and now - seen < live_within_s:
+            raise NodeNameTakenError(
+                f"node {host!r} is registered and live (last heartbeat {now - seen:.0f} s ago): registering its name "
+                "again needs its node token or an admin token, or wait until it is lost"
+            )
 
     def check_node_token(self, host: str, clear: str) -> str | None:
         """The stored hash ``clear`` matched (so a caller may cache the check while that hash stands), or None."""
@@ -507,7 +564,6 @@ class ServerOps:
             return None
         found = self.node_token_hash(host)
         if found is None or found[0] != parts[0]:
-            tokens.verify_secret(parts[1], tokens.DUMMY_HASH)
             return None
         return found[1] if tokens.verify_secret(parts[1], found[1]) else None
 

@@ -20,11 +20,12 @@ from gpupool.store.lease import LeaseMixin
 from gpupool.store.ranks import RanksMixin
 from gpupool.store.records import LoadedState
 from gpupool.store.rows import AllocationRow, FabricRow, JobRow, NodeRow
+from gpupool.store.tokens import TokensMixin
 
 _LIVE = (JobState.PENDING.value, JobState.PLACED.value, JobState.RUNNING.value)
 
 
-class Store(RanksMixin, ArraysMixin, AdminMixin, LeaseMixin, CommandsMixin, AccountingMixin):
+class Store(RanksMixin, ArraysMixin, AdminMixin, LeaseMixin, CommandsMixin, AccountingMixin, TokensMixin):
     """The durable store. ``Store("sqlite:///data/gpupool.db")`` or ``Store("postgresql+psycopg://...")``.
 
     Call ``migrate()`` once at start-up. Every method is safe to call from several threads at once.

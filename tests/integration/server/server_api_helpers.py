@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,9 @@ class Api:
     client: TestClient
     srv: Server
     clock: Clock
+    # The node token each host's last registration here got: registering it again presents it, as a restarted
+    # agent presents its kept token (a join token may not take a live node's name).
+    node_tokens: dict[str, str] = field(default_factory=dict)
 
     def admin(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {ADMIN}"}
@@ -42,7 +45,8 @@ class Api:
         return {"Authorization": f"Bearer {r.json()['token']}"}
 
     def register(self, host: str, gpus: int = 8, hcas: int = 2, address: str = "") -> dict[str, str]:
-        join = self.client.post("/v1/join-tokens", json={}, headers=self.admin()).json()["token"]
+        kept = self.node_tokens.get(host)
+        join = kept or self.client.post("/v1/join-tokens", json={}, headers=self.admin()).json()["token"]
         body = {
             "host": host,
             "agent_url": "",
@@ -54,6 +58,7 @@ class Api:
         }
         r = self.client.post("/v1/agents/register", json=body, headers={"Authorization": f"Bearer {join}"})
         assert r.status_code == 200, r.text
+        self.node_tokens[host] = r.json()["node_token"]
         return {"Authorization": f"Bearer {r.json()['node_token']}"}
 
     def beat(self, host: str, node: dict[str, str], workloads: list[dict[str, Any]] | None = None) -> list[Any]:

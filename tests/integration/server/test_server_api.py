@@ -99,7 +99,7 @@ def test_metrics_expose_the_listed_series(api: Api) -> None:
     api.srv.loop.run_cycle()
     api.clock.t += 10  # usage needs time to pass; the heartbeat age is read on the same clock
     api.beat("gpu-01", node)
-    text_ = api.client.get("/metrics").text
+    text_ = api.client.get("/metrics", headers=api.admin()).text
     assert 'gpupool_queue_depth{pool="default",priority="normal"} 1.0' in text_
     assert "gpupool_schedule_cycle_seconds_count 1.0" in text_
     assert "gpupool_placements_total 2.0" in text_

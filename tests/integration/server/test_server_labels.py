@@ -15,7 +15,8 @@ JOB = {"command": ["sleep", "600"], "tasks": 1, "gpus_per_task": 8}
 
 
 def register(api: Api, host: str, labels: dict[str, str] | None = None) -> dict[str, str]:
-    join = api.client.post("/v1/join-tokens", json={}, headers=api.admin()).json()["token"]
+    # Again: with the node token its last registration got, as a restarted agent presents its kept token.
+    join = api.node_tokens.get(host) or api.client.post("/v1/join-tokens", json={}, headers=api.admin()).json()["token"]
     h = FABRIC.host(host)
     body: dict[str, Any] = {
         "host": host,
@@ -25,6 +26,7 @@ def register(api: Api, host: str, labels: dict[str, str] | None = None) -> dict[
     }
     r = api.client.post("/v1/agents/register", json=body, headers={"Authorization": f"Bearer {join}"})
     assert r.status_code == 200, r.text
+    api.node_tokens[host] = r.json()["node_token"]
     return {"Authorization": f"Bearer {r.json()['node_token']}"}
 
 

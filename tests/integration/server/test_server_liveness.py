@@ -26,7 +26,9 @@ def test_a_steady_beat_is_batched_and_a_beating_node_is_never_lost(api: Api) -> 
         api.beat("gpu-01", node)
     api.srv.loop.run_cycle()
     assert api.srv.store.get_node("gpu-01").state.value == "up"
-    assert 'gpupool_agent_heartbeat_age_seconds{node="gpu-01"} 0.0' in api.client.get("/metrics").text
+    assert (
+        'gpupool_agent_heartbeat_age_seconds{node="gpu-01"} 0.0' in api.client.get("/metrics", headers=api.admin()).text
+    )
     # Silent for longer than the timeout: lost; its next beat is a write that brings it back up.
     api.clock.t += 31
     api.srv.loop.run_cycle()

@@ -50,9 +50,9 @@ def _all_text(store: Store) -> list[str]:
 
 
 def test_tokens_are_stored_hashed_and_authenticate(store: Store, clock: object) -> None:
-    tenant_token = store.create_token("acme", actor="admin")
-    admin_token = store.create_token(None, actor="bootstrap", admin=True)
-    join_token = store.create_join_token(actor="admin", ttl_s=60.0)
+    _, tenant_token = store.create_token("acme", actor="admin")
+    _, admin_token = store.create_token(None, actor="bootstrap", admin=True)
+    _, join_token = store.create_join_token(actor="admin", expires_in_s=60.0)
     texts = _all_text(store)
     assert len(texts) > 10  # the scan really read the tables
     for clear in (tenant_token, admin_token, join_token):
@@ -69,7 +69,7 @@ def test_tokens_are_stored_hashed_and_authenticate(store: Store, clock: object) 
     "mangle", [lambda t: t + "x", lambda t: t[:-1], lambda t: "gpt_" + "0" * 16 + "_abc", str.upper]
 )
 def test_wrong_or_malformed_tokens_do_not_authenticate(store: Store, mangle: Callable[[str], str]) -> None:
-    token = store.create_token("acme", actor="admin")
+    _, token = store.create_token("acme", actor="admin")
     assert store.authenticate(mangle(token)) is None
     assert store.authenticate("") is None
     assert store.authenticate("Bearer nonsense") is None
@@ -79,10 +79,10 @@ def test_revoked_and_expired_tokens_stop_working(store: Store, clock: object) ->
     from databases import Clock
 
     assert isinstance(clock, Clock)
-    token = store.create_token("acme", actor="admin")
+    _, token = store.create_token("acme", actor="admin")
     store.revoke_token(token.split("_")[1], actor="admin")
     assert store.authenticate(token) is None
-    join = store.create_join_token(actor="admin", ttl_s=60.0)
+    _, join = store.create_join_token(actor="admin", expires_in_s=60.0)
     clock.t += 61.0
     assert not store.check_join_token(join)
     assert not store.check_join_token(token)  # an API token is not a join token

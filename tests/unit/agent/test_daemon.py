@@ -49,6 +49,8 @@ class ProtocolServer(ThreadingHTTPServer):
         self.heartbeats: list[wire.HeartbeatRequest] = []
         self.reports: list[wire.WorkloadStatus] = []
         self.queued: list[wire.LaunchCommand | wire.StopCommand | wire.SignalCommand] = []
+        self.register_tokens: list[str] = []  # what each registration presented
+        self.name_taken = 0  # answer this many registrations 409 (the name is a live node's), as the server does
         self.failing = False
         self._thread: threading.Thread | None = None
         if listen:
@@ -105,10 +107,16 @@ class _Handler(BaseHTTPRequestHandler):
             return
         now = time.time()
         if self.path == "/v1/agents/register":
-            if token != JOIN:
+            reg = wire.RegisterRequest.model_validate_json(raw)
+            with srv.lock:
+                srv.register_tokens.append(token)
+                taken, srv.name_taken = srv.name_taken > 0, max(0, srv.name_taken - 1)
+            if token != JOIN and token != srv.tokens.get(reg.host):  # the join token, or the node's own token
                 self._send(401)
                 return
-            reg = wire.RegisterRequest.model_validate_json(raw)
+            if taken:
+                self._send(409)
+                return
             with srv.lock:
                 srv.registrations.append(reg)
                 srv.tokens[reg.host] = f"node-{len(srv.registrations)}"
@@ -256,7 +264,7 @@ def test_a_refused_join_token_stops_the_agent(server: ProtocolServer, tmp_path: 
     agent, logs = make_agent(server.url, tmp_path / "a", fabric_json)
     agent.settings = AgentSettings(server.url, "wrong", HOST, tmp_path / "a")
     try:
-        with pytest.raises(RegistrationRefusedError, match="join token refused"):
+        with pytest.raises(RegistrationRefusedError, match="token refused"):
             agent.run(threading.Event())
     finally:
         logs.close()
@@ -396,6 +404,40 @@ def test_reregisters_when_the_server_forgets_the_node_and_lists_what_runs(
     n = len(server.heartbeats)
     until(lambda: len(server.heartbeats) > n)
     assert r.agent.stats.registrations == 2 and r.agent.stats.launches == 1
+
+
+def test_a_restarted_agent_registers_with_the_node_token_it_kept(
+    server: ProtocolServer, start: Callable[..., Running], tmp_path: Path
+) -> None:
+    first = start(server.url)
+    until(lambda: len(server.heartbeats) > 0)
+    first.halt()
+    kept = tmp_path / "agent" / "node-token"
+    assert kept.read_text() == server.tokens[HOST] == "node-1"
+    assert kept.stat().st_mode & 0o777 == 0o600
+    start(server.url, tmp_path / "agent")
+    until(lambda: len(server.registrations) == 2)
+    assert server.register_tokens == [JOIN, "node-1"]
+    until(lambda: kept.read_text() == "node-2")
+
+
+def test_a_refused_kept_token_falls_back_to_the_join_token(
+    server: ProtocolServer, start: Callable[..., Running], tmp_path: Path
+) -> None:
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "node-token").write_text("gpn_replaced_long_ago")
+    r = start(server.url)
+    until(lambda: len(server.heartbeats) > 0)
+    assert server.register_tokens == ["gpn_replaced_long_ago", JOIN]
+    assert (tmp_path / "agent" / "node-token").read_text() == "node-1" and r.thread.is_alive()
+
+
+def test_a_name_taken_for_now_is_retried_with_backoff(server: ProtocolServer, start: Callable[..., Running]) -> None:
+    server.name_taken = 2
+    r = start(server.url, backoff=BackoffPolicy(base_s=0.05, cap_s=0.1))
+    until(lambda: len(server.heartbeats) > 0)
+    assert server.register_tokens == [JOIN, JOIN, JOIN] and r.thread.is_alive()
+    assert r.agent.stats.server_failures == 2
 
 
 def test_a_restarted_agent_reattaches_and_never_launches_twice(
