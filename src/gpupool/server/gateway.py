@@ -59,8 +59,9 @@ from gpupool.server.liveness import LastSeen
 from gpupool.server.settings import Settings
 from gpupool.server.telemetry import LiveTelemetry
 from gpupool.store import Principal, Store
+from gpupool.store.agents import Registrant
 from gpupool.store.ranks import RankReport, parse_assignment_id
-from gpupool.store.server_ops import Assignment, Registrant, ServerOps
+from gpupool.store.server_ops import Assignment, ServerOps
 from gpupool.store.tokens import split_token
 
 log = logging.getLogger("gpupool.server.gateway")

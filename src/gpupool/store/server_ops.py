@@ -2,9 +2,9 @@
 
 A job's command (argv and extra environment) is not part of ``JobSpec`` (the scheduler never needs it), so it
 lives in its own table and is written in the same transaction as the job row: no job is ever stored without
-its command. Agents' registrations (the node token's hash, the agent's URL and address, its inventory) live
-here too. Their rows (``JobCommandRow``, ``AgentRow``) are store rows on the shared metadata, created by
-migration 0002.
+its command. Agents' registrations (the node token's hash, the agent's URL and address, its inventory) are
+``agents``' (``ServerOps`` is an ``AgentRegistry`` too). Their rows (``JobCommandRow``, ``AgentRow``) are store
+rows on the shared metadata, created by migration 0002.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
@@ -23,22 +23,20 @@ from gpupool.domain.errors import (
     ConflictError,
     GpupoolError,
     InputError,
-    JoinTokenSpentError,
-    NodeNameTakenError,
     NotFoundError,
     TenantPendingLimitError,
     UnknownNameError,
     UnstorableInputError,
 )
 from gpupool.domain.jobs import JobSpec
-from gpupool.domain.states import JobState, NodeState
-from gpupool.store import tokens
+from gpupool.domain.states import JobState
+from gpupool.store.agents import AgentRegistry
 from gpupool.store.base import dumps, loads
 from gpupool.store.codec import spec_to_json
 from gpupool.store.fencing import Fence
 from gpupool.store.jobs import MAX_KEY, job_record
 from gpupool.store.records import JobRecord
-from gpupool.store.rows import AgentRow, AllocationRow, AuditRow, FabricRow, JobCommandRow, JobRow, NodeRow, TenantRow
+from gpupool.store.rows import AgentRow, AllocationRow, AuditRow, FabricRow, JobCommandRow, JobRow, TenantRow
 from gpupool.store.store import Store
 
 _ROWS_PER_INSERT = 1000  # 16 columns x 1,000 rows: well under PostgreSQL's 65,535 parameters a statement
@@ -91,24 +89,6 @@ class JobCommand:
 
 
 @dataclass(frozen=True, slots=True)
-class AgentRecord:
-    host: str
-    agent_url: str
-    address: str
-    inventory: dict[str, Any]
-    registered_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class Registrant:
-    """Who registers a node: an agent with a join token or with the node's own token (``token_id``: that
-    token's id), or an admin (``token_id``: the admin's)."""
-
-    kind: Literal["join", "node", "admin"]
-    token_id: str
-
-
-@dataclass(frozen=True, slots=True)
 class LiveJob:
     """A live job as the scheduling loop syncs it: cheap columns only, the spec is read when first seen."""
 
@@ -143,7 +123,7 @@ def assignment_id(job_id: str, assignment: int, rank: int) -> str:
     return f"{job_id}.{assignment}.{rank}"
 
 
-class ServerOps:
+class ServerOps(AgentRegistry):
     """The server's store use cases, on the same engine (and SQLite writer lock) as ``store``."""
 
     def __init__(self, store: Store) -> None:
@@ -486,112 +466,6 @@ class ServerOps:
             )
             for r in sorted(rows, key=lambda r: r.task_index)
         ]
-
-    # -- agents ------------------------------------------------------------------------------------------------
-    def register_agent(
-        self,
-        host: str,
-        *,
-        by: Registrant,
-        log_url: str,
-        address: str,
-        inventory: Mapping[str, Any],
-        actor: str,
-        live_within_s: float,
-    ) -> str:
-        """Record an agent's registration and give it a new node token (clear text, shown once).
-
-        With a join token (``by.kind == "join"``) a new name takes one of the token's uses, and a name already
-        registered is refused (NodeNameTakenError) while its node is live: not lost and beating within
-        ``live_within_s``; a node that is not live may be registered again with any usable join token, taking
-        no use. With the node's own token (checked by the caller, and here that it is still the current one)
-        or as an admin, any name. Decided in the registration's own transaction, so two racing for one name
-        or for a token's last use cannot both win.
-        """
-        made = tokens.new_token("gpn")
-        st = self.store
-        try:
-            with st._tx(write=True) as s:
-                now = st._clock()
-                row = s.get(AgentRow, host, with_for_update=st._postgres)
-                self._may_register(s, host, row, by, now, live_within_s)
-                if row is None:
-                    row = AgentRow(host=host, registered_s=now)
-                    s.add(row)
-                row.token_id, row.token_hash = made.id, made.hashed
-                row.agent_url, row.address, row.inventory, row.registered_s = (
-                    log_url,
-                    address,
-                    dumps(dict(inventory)),
-                    now,
-                )
-                data = {"agent_url": log_url, "address": address, "token_id": made.id}
-                data |= {"by": by.kind, "by_token": by.token_id}
-                st._audit(s, actor, "agent.registered", f"node/{host}", data, now)
-        except (IntegrityError, self._dbapi_integrity):
-            raise NodeNameTakenError(f"node {host!r} was registered by another agent at the same time") from None
-        return made.clear
-
-    @staticmethod
-    def _may_register(
-        s: Session, host: str, row: AgentRow | None, by: Registrant, now: float, live_within_s: float
-    ) -> None:
-        if by.kind == "node":
-            if row is None or row.token_id != by.token_id:
-                raise NodeNameTakenError(f"node {host!r}: that node token is no longer its current one")
-            return
-        if by.kind != "join":
-            return  # an admin
-        node = s.get(NodeRow, host)
-        if row is None and node is None:
-            if not tokens.spend_join_token(s, by.token_id, now):
-                raise JoinTokenSpentError(
-                    f"join token {by.token_id} has registered as many new nodes as it may (or was revoked)"
-                )
-            return
-        seen = None if node is None else node.last_heartbeat_s
-        live = node is not None and node.state != NodeState.LOST.value and seen is not None
-        if live and seen is not None and now - seen < live_within_s:
-            raise NodeNameTakenError(
-                f"node {host!r} is registered and live (last heartbeat {now - seen:.0f} s ago): registering its name "
-                "again needs its node token or an admin token, or wait until it is lost"
-            )
-
-    def check_node_token(self, host: str, clear: str) -> str | None:
-        """The stored hash ``clear`` matched (so a caller may cache the check while that hash stands), or None."""
-        parts = tokens.split_token(clear, "gpn")
-        if parts is None:
-            return None
-        found = self.node_token_hash(host)
-        if found is None or found[0] != parts[0]:
-            return None
-        return found[1] if tokens.verify_secret(parts[1], found[1]) else None
-
-    def node_token_hashes(self) -> dict[str, str]:
-        """Every host's current node-token hash, in one read (the gateway's cache compares against it)."""
-        with self.store._tx(write=False) as s:
-            return {h: t for h, t in s.execute(select(AgentRow.host, AgentRow.token_hash))}
-
-    def node_token_hash(self, host: str) -> tuple[str, str] | None:
-        """``(token id, token hash)`` of ``host``'s current node token, or None: one indexed read, no hashing."""
-        with self.store._tx(write=False) as s:
-            row = s.get(AgentRow, host)
-            return None if row is None else (row.token_id, row.token_hash)
-
-    def agents(self) -> list[AgentRecord]:
-        with self.store._tx(write=False) as s:
-            rows = s.scalars(select(AgentRow).order_by(AgentRow.host)).all()
-            return [
-                AgentRecord(r.host, r.agent_url, r.address, loads(r.inventory, f"agent {r.host}"), r.registered_s)
-                for r in rows
-            ]
-
-    def agent(self, host: str) -> AgentRecord:
-        with self.store._tx(write=False) as s:
-            r = s.get(AgentRow, host)
-            if r is None:
-                raise NotFoundError(f"no agent registered for node {host!r}")
-            return AgentRecord(r.host, r.agent_url, r.address, loads(r.inventory, f"agent {r.host}"), r.registered_s)
 
 
 def fabric_version(store: Store) -> int | None:

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from databases import Clock
 from gpupool.domain.errors import JoinTokenSpentError, NodeNameTakenError
 from gpupool.store import Principal, ServerOps, Store
+from gpupool.store.agents import Registrant
 from gpupool.store.rows import ApiTokenRow
-from gpupool.store.server_ops import Registrant
 
 
 def _stored_hash(store: Store, token_id: str) -> str:
