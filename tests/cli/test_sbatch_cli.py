@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from cli_server import cli_server, run, tenant_token
 
+from gpupool.cli.sbatch import job_fields
+from gpupool.domain.sbatch import parse_script
+
 MAX_ARRAY = 20
 
 
@@ -40,6 +43,21 @@ def test_a_script_becomes_a_job_and_the_command_line_wins(server: tuple[str, str
 
 
 @pytest.mark.parametrize(
+    ("lines", "tasks", "gpus", "models"),
+    [
+        ("", 1, 1, None),
+        ("#SBATCH -N 2 --ntasks-per-node=4 --gres=gpu:8\n", 8, 2, None),
+        ("#SBATCH -n 4 --gpus-per-task=h100:2\n", 4, 2, ["h100"]),
+        ("#SBATCH --nodes=3 --gpus-per-node=a100:8\n", 3, 8, ["a100"]),
+    ],
+)
+def test_tasks_and_gpus_from_the_options(lines: str, tasks: int, gpus: int, models: list[str] | None) -> None:
+    script = parse_script("#!/bin/sh\n" + lines, "job.sh")
+    fields = job_fields(script, script.options, [], "job.sh", "/tmp")
+    assert (fields["tasks"], fields["gpus_per_task"], fields.get("gpu_models")) == (tasks, gpus, models)
+
+
+@pytest.mark.parametrize(
     ("lines", "args", "needle"),
     [
         ("#SBATCH --job-name='x\n", [], "job.sh:3: malformed #SBATCH line: No closing quotation"),
@@ -48,6 +66,8 @@ def test_a_script_becomes_a_job_and_the_command_line_wins(server: tuple[str, str
         ("#SBATCH -d afterok:j-nope\n", [], "job.sh:3: --dependency: job 'j-nope' is not stored"),
         ("#SBATCH --time=90\n", ["--time=4h"], "command line: --time=4h: '4h' is not a Slurm time"),
         ("#SBATCH --gres=gpu:3 --ntasks-per-node=2\n", [], "job.sh:3: 3 GPUs per node do not divide among 2"),
+        ("#SBATCH --gpus-per-task=65\n", [], "job.sh:3: --gpus-per-task: Input should be less than or equal to 64"),
+        ("#SBATCH --gpus-per-task=2 --gres=gpu:8\n", [], "job.sh:3: give --gpus-per-task or --gres"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_nothing_stored(

@@ -32,20 +32,23 @@ f=$(mktemp) && printf '%s' "$s" >"$f" && exec 3<"$f" && rm -f "$f" || {
 unset s f
 cd "$SLURM_SUBMIT_DIR" 2>/dev/null || cd "${TMPDIR:-/tmp}"
 """
-# A job field -> the option that sets it: a value the API refuses is named by that option and its line.
+# A job field -> the options that may set it (option field, flag), the first one given named when the API
+# refuses the field's value, with its line.
 _OPTION_OF_FIELD = {
-    "array": "array",
-    "after": "dependency",
-    "pool": "partition",
-    "priority": "qos",
-    "name": "job_name",
-    "tasks": "nodes",
-    "gpus_per_task": "gpus_per_node",
-    "time_limit_s": "time_s",
-    "time_limit": "time_s",
-    "memory_mib": "mem_mib",
-    "memory": "mem_mib",
-    "cpu_millicores": "cpus_per_task",
+    "array": [("array", "--array")],
+    "after": [("dependency", "--dependency")],
+    "pool": [("partition", "--partition")],
+    "priority": [("qos", "--qos")],
+    "name": [("job_name", "--job-name")],
+    "tasks": [("ntasks", "--ntasks"), ("nodes", "--nodes"), ("ntasks_per_node", "--ntasks-per-node")],
+    "gpus_per_task": [("gpus_per_task", "--gpus-per-task"), ("gpus_per_node", "--gres/--gpus-per-node")],
+    "gpu_models": [("gpu_type", "--gres/--gpus-per-node")],
+    "time_limit_s": [("time_s", "--time")],
+    "time_limit": [("time_s", "--time")],
+    "signal_lead_s": [("signal_lead_s", "--signal")],
+    "memory_mib": [("mem_mib", "--mem")],
+    "memory": [("mem_mib", "--mem")],
+    "cpu_millicores": [("cpus_per_task", "--cpus-per-task")],
 }
 
 
@@ -88,15 +91,31 @@ def _redirects(o: SbatchOptions) -> str:
     return f"exec >>{out} 2>>{output_path_shell(o.error, o.where('error'))}\n"
 
 
-def job_fields(script: BatchScript, o: SbatchOptions, args: list[str], name: str, submit_dir: str) -> dict[str, Any]:
-    """The job a batch script and its options describe, as the API's job fields."""
+def _layout(o: SbatchOptions) -> tuple[int, int, int]:
+    """(tasks, GPUs per task, GPUs per node as asked) of the options: --ntasks or --nodes x
+    --ntasks-per-node tasks; --gpus-per-task, or the node's GPUs (--gres, --gpus-per-node) shared out among
+    its tasks (one each when nothing says)."""
     per_node = o.ntasks_per_node or 1
+    tasks = o.ntasks if o.ntasks is not None else (o.nodes or 1) * per_node
+    if o.gpus_per_task is not None:
+        if o.gpus_per_node is not None:
+            raise InputError(
+                "give --gpus-per-task or --gres/--gpus-per-node, not both", source=o.where("gpus_per_task")
+            )
+        return tasks, o.gpus_per_task, o.gpus_per_task * per_node
     gpus = o.gpus_per_node if o.gpus_per_node is not None else per_node
     if gpus % per_node:
         raise InputError(
             f"{gpus} GPUs per node do not divide among {per_node} tasks per node (gpupool gives each task its own)",
             source=o.where("gpus_per_node") or o.where("ntasks_per_node"),
         )
+    return tasks, max(1, gpus // per_node), gpus
+
+
+def job_fields(script: BatchScript, o: SbatchOptions, args: list[str], name: str, submit_dir: str) -> dict[str, Any]:
+    """The job a batch script and its options describe, as the API's job fields."""
+    tasks, gpus_per_task, gpus = _layout(o)
+    per_node = o.ntasks_per_node or 1
     env = {"SLURM_SUBMIT_DIR": submit_dir, "SLURM_SUBMIT_HOST": socket.gethostname(), "SLURM_GPUS_PER_NODE": str(gpus)}
     if o.cpus_per_task is not None:
         env["SLURM_CPUS_PER_TASK"] = str(o.cpus_per_task)
@@ -105,8 +124,8 @@ def job_fields(script: BatchScript, o: SbatchOptions, args: list[str], name: str
         "command": ["/bin/sh", "-c", prelude, "gpupool-sbatch", script.text, *script.interpreter, "/dev/fd/3", *args],
         "env": env,
         "name": o.job_name or name,
-        "tasks": (o.nodes or 1) * per_node,
-        "gpus_per_task": max(1, gpus // per_node),
+        "tasks": tasks,
+        "gpus_per_task": gpus_per_task,
         "slurm_env": True,
         "pool": o.partition,
         "priority": o.qos,
@@ -122,10 +141,9 @@ def job_fields(script: BatchScript, o: SbatchOptions, args: list[str], name: str
 
 
 def _refused(message: str, field: str, o: SbatchOptions) -> InputError:
-    option = _OPTION_OF_FIELD.get(field, "")
-    where = o.where(option) if option else ""
-    flag = f"--{option.replace('_s', '').replace('_mib', '').replace('_', '-')}" if option else field
-    return InputError(f"{flag}: {message}", source=where or "sbatch")
+    given = [(o.where(name), flag) for name, flag in _OPTION_OF_FIELD.get(field, []) if o.where(name)]
+    where, flag = given[0] if given else ("sbatch", field)
+    return InputError(f"{flag}: {message}", source=where)
 
 
 def _check(fields: dict[str, Any], o: SbatchOptions) -> JobSubmit:

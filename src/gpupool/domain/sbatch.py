@@ -32,7 +32,9 @@ class SbatchOptions:
     job_name: str | None = None
     nodes: int | None = None
     ntasks_per_node: int | None = None
+    ntasks: int | None = None
     gpus_per_node: int | None = None
+    gpus_per_task: int | None = None
     gpu_type: str | None = None
     cpus_per_task: int | None = None
     mem_mib: int | None = None  # per node, as Slurm's --mem
@@ -128,6 +130,8 @@ _OPTIONS: dict[str, tuple[str, str, Callable[[str, str], Any]]] = {
     "job-name": ("J", "job_name", _text),
     "nodes": ("N", "nodes", _nodes),
     "ntasks-per-node": ("", "ntasks_per_node", _positive("--ntasks-per-node")),
+    "ntasks": ("n", "ntasks", _positive("--ntasks")),
+    "gpus-per-task": ("", "gpus_per_task", _gpus_field("--gpus-per-task")),
     "gres": ("", "gpus_per_node", _gpus_field("--gres")),
     "gpus-per-node": ("", "gpus_per_node", _gpus_field("--gpus-per-node")),
     "cpus-per-task": ("c", "cpus_per_task", _positive("--cpus-per-task")),
@@ -182,9 +186,10 @@ def parse_options(tokens: Sequence[str], where: str) -> SbatchOptions:
             if e.reason.startswith("--"):
                 raise
             raise InputError(f"--{long}={value}: {e.reason}", source=where) from None
-        if name == "gpus_per_node":
-            values["gpu_type"], got = got
-            lines["gpu_type"] = where
+        if name in ("gpus_per_node", "gpus_per_task"):  # [TYPE:]N
+            gpu_type, got = got
+            if gpu_type is not None:
+                values["gpu_type"], lines["gpu_type"] = gpu_type, where
         values[name] = got
         lines[name] = where
     return SbatchOptions(**values, lines=tuple(lines.items()))
