@@ -8,20 +8,36 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-from cli_server import cli_server, run, tenant_token
+from cli_server import ADMIN, cli_server, run, tenant_token
+
+
+def register_podman_node(url: str) -> None:
+    """A node whose agent has Podman: jobs with an image are placed only on such nodes (and refused without)."""
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    join = httpx.post(f"{url}/v1/join-tokens", json={}, headers=admin).json()["token"]
+    body = {
+        "host": "pod-01",
+        "gpus": [{"index": 0, "model": "H100", "memory_mib": 81559}],
+        "container_runtime": "podman",
+    }
+    r = httpx.post(f"{url}/v1/agents/register", json=body, headers={"Authorization": f"Bearer {join}"})
+    assert r.status_code == 200, r.text
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     with cli_server(tmp_path_factory.mktemp("srv")) as url:
+        register_podman_node(url)
         yield url, tenant_token(url, "team-a")
 
 
-def stored(url: str, token: str) -> list[dict[str, object]]:
+def stored(url: str, token: str) -> list[str]:
+    """The stored jobs' ids (their states move on: the node runs nothing, but the loop places them)."""
     code, out, err = run(url, token, "jobs", "--format", "json")
     assert code == 0, err
-    return list(json.loads(out))
+    return sorted(j["id"] for j in json.loads(out))
 
 
 def test_a_container_job_is_submitted_from_flags_and_from_a_file(server: tuple[str, str], tmp_path: Path) -> None:

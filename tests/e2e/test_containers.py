@@ -80,6 +80,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, image: str) -> Iterator[Cl
         for h in AGENTS:
             c.start_agent(h, extra=("--container-runtime", "podman"))
         until(lambda: all_up(c, AGENTS), 90, "the nodes up")
+        for h in AGENTS:  # what places a job with an image on these nodes only
+            assert c.nodes()[h]["labels"]["gpupool/containers"] == "yes"
         yield c
     finally:
         c.close()

@@ -319,6 +319,7 @@ class Agent:
             hcas=tuple(hcas),
             running=running,
             labels=dict(self.settings.labels),
+            container_runtime=self.settings.containers.kind.value if self.settings.containers else "",
         )
 
     def _unlocked(self, call: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:

@@ -19,6 +19,10 @@ from gpupool.domain.errors import InputError
 GPU_MODEL = "gpupool/gpu-model"
 LEAF = "gpupool/leaf"  # only for a host cabled to one leaf (single-homed); a rail-optimised host has one per rail
 SU = "gpupool/su"  # the scalable unit, as the fabric picture names it: su01, su02, ...
+# The node's container runtime (podman, apptainer, enroot), and "yes" on every node that has one: a job with
+# an image is placed only where gpupool/containers=yes (or where its own gpupool/container-runtime says).
+CONTAINER_RUNTIME = "gpupool/container-runtime"
+CONTAINERS = "gpupool/containers"
 RAILS = "gpupool/rails"  # how many rails (leaves of distinct rail rank) the host's HCAs reach
 # NVIDIA Topograph's keys, as ``gpupool fabric export labels`` writes them: tier 0 (``leaf``) is a single-homed
 # host's leaf or a rail-optimised host's scalable unit; ``spine`` and ``core`` name its spine group and core

@@ -110,6 +110,8 @@ class RegisterRequest(_Msg):
     hcas: tuple[HcaInfo, ...] = ()
     running: tuple[str, ...] = ()  # assignment ids the agent still runs (after an agent restart)
     labels: dict[str, str] = Field(default_factory=dict, max_length=256)  # --label and the labels file
+    # What runs its jobs that name an image (podman, apptainer, enroot); "" none, or an agent before containers.
+    container_runtime: str = Field(default="", max_length=32, pattern=r"^[a-z0-9-]*$")
 
     @field_validator("labels")
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from gpupool.domain import labels
 from gpupool.domain.dependencies import parse_array
 from gpupool.domain.jobs import (
     MILLI_PER_GPU,
@@ -22,6 +23,14 @@ from gpupool.store import JobRecord
 from gpupool.store.records import AttemptRecord
 
 
+def node_selector(body: JobSubmit) -> dict[str, str]:
+    """The job's selector, and for a job with an image a node with a container runtime (unless its selector
+    already names one): an agent without one, or from before containers, would run ``command`` on the node."""
+    if body.image is None or labels.CONTAINER_RUNTIME in body.node_selector:
+        return dict(body.node_selector)
+    return {**body.node_selector, labels.CONTAINERS: "yes"}
+
+
 def to_spec(body: JobSubmit, job_id: str, tenant: str, now_s: float) -> JobSpec:
     """A JobSpec from a submission; the spec's own checks raise JobSpecError (a 422) for what pydantic cannot see."""
     return JobSpec(
@@ -37,7 +46,7 @@ def to_spec(body: JobSubmit, job_id: str, tenant: str, now_s: float) -> JobSpec:
         memory_mib=body.memory_mib,
         share=None if body.share is None else GpuShare(body.share.milli_gpu, body.share.memory_mib),
         gpu_models=tuple(body.gpu_models),
-        node_selector=tuple(sorted(body.node_selector.items())),
+        node_selector=tuple(sorted(node_selector(body).items())),
         topology=TopologyRequirement(Scope(body.topology.scope), TopologyMode(body.topology.mode)),
         rail_aligned=body.rail_aligned,
         preemptible=body.preemptible,

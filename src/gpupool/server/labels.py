@@ -36,13 +36,16 @@ def _topograph(fabric: Fabric) -> dict[str, dict[str, str]]:
 
 
 def derived_labels(fabric: Fabric | None, inventory: RegisterRequest) -> dict[str, str]:
-    """The labels gpupool derives for a registering node: its GPU model, and from the imported ``fabric`` its
+    """The labels gpupool derives for a registering node: its GPU model, its container runtime, and from the imported ``fabric`` its
     leaf (single-homed hosts only), scalable unit and rail count, plus NVIDIA Topograph's keys exactly as the
     exporter writes them (one function, so an agent's node and an exported label file agree): tier 0 is
     the leaf of a single-homed host and the scalable unit of a rail-optimised one."""
     out: dict[str, str] = {}
     if inventory.gpus:
         out[keys.GPU_MODEL] = inventory.gpus[0].model
+    if inventory.container_runtime:
+        out[keys.CONTAINER_RUNTIME] = inventory.container_runtime
+        out[keys.CONTAINERS] = "yes"
     if fabric is None or not fabric.has_host(inventory.host):
         return out
     leaves = fabric.host_leaves[fabric.host_index(inventory.host)]

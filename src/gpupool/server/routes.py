@@ -25,7 +25,7 @@ from gpupool.domain.states import JobState
 from gpupool.fabric import jsonio
 from gpupool.schemas import api
 from gpupool.server.auth import actor
-from gpupool.server.convert import array_elements, attempt_out, job_out, to_spec
+from gpupool.server.convert import array_elements, attempt_out, job_out, node_selector, to_spec
 from gpupool.server.core import Server
 from gpupool.store import JobRecord, NodeRecord, Principal
 from gpupool.store.server_ops import Submission, assignment_id
@@ -122,10 +122,11 @@ async def accept_submit(
             raise InputError("a tenant token submits for its own tenant only", source="body.tenant")
         assert who.tenant is not None
         tenant = who.tenant
-    if body.node_selector and not srv.labels.cached_match(body.node_selector.items()):
+    selector = node_selector(body)
+    if selector and not srv.labels.cached_match(selector.items()):
         # Refused when no node has every selected label (checked against a fresh read first): else the job
         # would wait forever with no_matching_hosts.
-        await run_in_threadpool(srv.labels.check, body.node_selector.items())
+        await run_in_threadpool(srv.labels.check, selector.items())
     now = srv.clock()
     job_id = f"j-{int(now * 1000):x}-{secrets.token_hex(4)}"
     spec = to_spec(body, job_id, tenant, now)

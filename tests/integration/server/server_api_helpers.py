@@ -44,7 +44,9 @@ class Api:
         assert r.status_code == 201, r.text
         return {"Authorization": f"Bearer {r.json()['token']}"}
 
-    def register(self, host: str, gpus: int = 8, hcas: int = 2, address: str = "") -> dict[str, str]:
+    def register(
+        self, host: str, gpus: int = 8, hcas: int = 2, address: str = "", container_runtime: str = ""
+    ) -> dict[str, str]:
         kept = self.node_tokens.get(host)
         join = kept or self.client.post("/v1/join-tokens", json={}, headers=self.admin()).json()["token"]
         body = {
@@ -55,6 +57,7 @@ class Api:
             "memory_mib": 512_000,
             "gpus": [{"index": i, "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559} for i in range(gpus)],
             "hcas": [{"name": f"mlx5_{i}", "rate_gbps": 400.0} for i in range(hcas)],
+            "container_runtime": container_runtime,
         }
         r = self.client.post("/v1/agents/register", json=body, headers={"Authorization": f"Bearer {join}"})
         assert r.status_code == 200, r.text

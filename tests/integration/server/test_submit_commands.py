@@ -57,7 +57,7 @@ def test_a_container_no_runtime_could_take_is_422_naming_the_field_and_not_store
 
 def test_a_jobs_container_is_stored_and_reaches_each_ranks_launch(api: Api) -> None:
     alice = api.tenant("alice")
-    nodes = {h: api.register(h, gpus=8) for h in ("gpu-01", "gpu-02")}
+    nodes = {h: api.register(h, gpus=8, container_runtime="podman") for h in ("gpu-01", "gpu-02")}
     mounts = [{"source": "/datasets/imagenet", "target": "/data", "read_only": True}]
     body = {**IMAGE, "tasks": 2, "gpus_per_task": 4, "mounts": mounts, "workdir": "/workspace"}
     assert api.client.post("/v1/jobs", json=body, headers=alice).status_code == 201
@@ -72,3 +72,28 @@ def test_a_jobs_container_is_stored_and_reaches_each_ranks_launch(api: Api) -> N
     api.srv.loop.run_cycle()
     (launch,) = [c for h, n in nodes.items() for c in api.beat(h, n) if c["job_id"] == plain.json()["job"]["id"]]
     assert launch["container"] is None
+
+
+def test_a_container_job_goes_only_to_nodes_with_a_container_runtime(api: Api) -> None:
+    alice = api.tenant("alice")
+    body = {**IMAGE, "gpus_per_task": 8}
+    # No node can run a container yet: refused at the door rather than left waiting (or run on the node).
+    r = api.client.post("/v1/jobs", json=body, headers=alice)
+    assert r.status_code == 400 and r.json()["code"] == "NO_MATCHING_NODES", r.text
+    assert "gpupool/containers" in r.json()["message"]
+    nodes = {"plain": api.register("plain"), "pod": api.register("pod", container_runtime="podman")}
+    listed = {n["name"]: n["labels"] for n in api.client.get("/v1/nodes", headers=alice).json()["nodes"]}
+    assert listed["pod"]["gpupool/container-runtime"] == "podman" and listed["pod"]["gpupool/containers"] == "yes"
+    assert "gpupool/containers" not in listed["plain"]
+    first = api.client.post("/v1/jobs", json=body, headers=alice).json()["job"]["id"]
+    second = api.client.post("/v1/jobs", json=body, headers=alice).json()["job"]["id"]
+    api.srv.loop.run_cycle()
+    launched = {h: [c["job_id"] for c in api.beat(h, n)] for h, n in nodes.items()}
+    assert launched["plain"] == [] and len(launched["pod"]) == 1  # the free node without a runtime takes neither
+    (waiting,) = {first, second} - set(launched["pod"])
+    assert api.client.get(f"/v1/jobs/{waiting}", headers=alice).json()["state"] == "pending"
+    # A selector naming the runtime replaces the implied one; naming one no node has is refused.
+    r = api.client.post(
+        "/v1/jobs", json={**body, "node_selector": {"gpupool/container-runtime": "enroot"}}, headers=alice
+    )
+    assert r.status_code == 400 and "gpupool/container-runtime is podman (1 node)" in r.json()["message"], r.text

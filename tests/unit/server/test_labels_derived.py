@@ -76,3 +76,10 @@ def test_the_refusal_lists_values_per_key_and_the_keys_that_exist() -> None:
         "no node has every label of node_selector zone=b: zone is a (2 nodes), c (1 node); label keys on nodes: rack, zone"
     )
     assert refusal([("k", "v")], []).endswith("no node has a label k; no node has any label")
+
+
+def test_a_node_with_a_container_runtime_is_labelled_with_it_and_one_without_is_not() -> None:
+    with_podman = inventory("node001").model_copy(update={"container_runtime": "podman"})
+    got = derived_labels(None, with_podman)
+    assert got["gpupool/container-runtime"] == "podman" and got["gpupool/containers"] == "yes"
+    assert not {"gpupool/container-runtime", "gpupool/containers"} & set(derived_labels(None, inventory("node001")))
