@@ -192,22 +192,34 @@ def test_a_job_cannot_read_another_tenants_files_logs_or_environment_nor_the_age
     node.cancel(bob)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 15, logs through the server: the agent's log server still answers any local process",
-)
+FETCH = """
+import sys, urllib.error, urllib.request
+try:
+    print(urllib.request.urlopen(sys.argv[1]).read().decode()[-200:], flush=True)
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode().strip(), flush=True)
+"""
+
+
 def test_a_job_cannot_fetch_another_jobs_log_from_the_agents_log_server(node: Node) -> None:
     bob = node.submit("bob", BOB)
     node.report(bob)
     bob_dir = node.assignment(bob)
     assert bob_dir is not None
+    until(lambda: "bob-log-secret" in (bob_dir / "stdout.log").read_text())
     url = node.http.get("/v1/nodes").json()["nodes"][0]["agent_url"]
-    fetch = "import sys, urllib.request\nprint(urllib.request.urlopen(sys.argv[1]).read().decode()[-200:], flush=True)"
-    alice = node.submit("alice", fetch, f"{url}/logs/{bob_dir.name}")
+    alice = node.submit("alice", FETCH, f"{url}/logs/{bob_dir.name}")
     try:
         d = until(lambda: node.assignment(alice))
         until(lambda: node.job(alice)["state"] in ("finished", "failed"))
-        assert "bob-log-secret" not in (d / "stdout.log").read_text()
+        got = (d / "stdout.log").read_text()
+        assert "bob-log-secret" not in got
+        assert got.startswith("401 no X-Gpupool-Signature header"), got  # refused, not merely missed
+        # Through the server: bob reads his own log, alice gets a 404 for it (as for a job that is not there).
+        path, tokens = f"/v1/jobs/{bob}/logs", node.tokens
+        mine = node.http.get(path, headers={"Authorization": f"Bearer {tokens['bob']}"})
+        assert mine.status_code == 200 and "bob-log-secret" in mine.json()["text"], mine.text
+        assert node.http.get(path, headers={"Authorization": f"Bearer {tokens['alice']}"}).status_code == 404
     finally:
         node.cancel(bob)
 

@@ -202,6 +202,7 @@ class Agent:
         client: ServerClient,
         *,
         log_url: str = "",
+        log_key: Callable[[str], None] = lambda _key: None,  # hands each registration's log key to the log server
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         log: Callable[[str], None] = _stderr,
@@ -211,6 +212,7 @@ class Agent:
         self.sources = sources
         self.client = client
         self.log_url = log_url
+        self._log_key = log_key
         self.clock = clock
         self.wall = wall
         self.log = log
@@ -341,6 +343,7 @@ class Agent:
             reply = self._unlocked(self.client.register, self.settings.join_token, self.inventory())
         self._kept.write(reply.node_token)
         self.node_token = reply.node_token
+        self._log_key(reply.log_key)
         if reply.heartbeat_interval_s > 0:
             self.interval_s = reply.heartbeat_interval_s
         self._command_wait_s = reply.command_wait_s

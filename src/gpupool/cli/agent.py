@@ -195,7 +195,7 @@ def agent(
     client = ServerClient(server, ca_bundle=ca_bundle)  # first: a bad CA bundle stops the start here
     logs = LogServer(state_dir / "workloads", log_bind, log_port).start()
     try:
-        Agent(settings, sources, client, log_url=logs.url).run(stop)
+        Agent(settings, sources, client, log_url=logs.url, log_key=logs.set_key).run(stop)
     finally:
         client.close()
         logs.close()

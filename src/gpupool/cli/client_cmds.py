@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -306,16 +307,51 @@ def usage(
     _emit(fmt, ["tenant", "gpu_model", "pool", "gpu_seconds"], rows, data)
 
 
+FOLLOW_EVERY_S = 1.0  # how often ``logs -f`` asks for what a running job wrote since
+_OVER = frozenset({"finished", "failed", "cancelled", "timeout"})
+
+
 def logs(
     job_id: str,
-    stream: Annotated[str, typer.Option(help="stdout or stderr")] = "stdout",
+    stderr: Annotated[bool, typer.Option("--stderr", help="stderr instead of stdout")] = False,
     tail: Annotated[int, typer.Option(help="last N lines")] = 200,
     rank: Annotated[int, typer.Option(help="which rank")] = 0,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="then print what it writes, until it ends")] = False,
 ) -> None:
-    """Print a job's output, fetched from its node's agent."""
+    """Print a job's output through the server, from every rank's stdout or stderr (-f: follow)."""
+    stream = "stderr" if stderr else "stdout"
     with _client() as c:
-        out = c.logs(job_id, stream=stream, tail=tail, rank=rank)
-    typer.echo(out.text, nl=False)
+        out = _first_logs(c, job_id, stream, tail, rank, follow)
+        typer.echo(out.text, nl=False)
+        if follow:
+            _follow(c, job_id, stream, rank, out.next_offset)
+
+
+def _first_logs(c: Client, job_id: str, stream: str, tail: int, rank: int, wait: bool) -> Any:
+    """The last lines; when following a job not yet started, wait for it to start."""
+    while True:
+        try:
+            return c.logs(job_id, stream=stream, tail=tail, rank=rank)
+        except ApiError as e:
+            if not wait or e.status != 404 or c.job(job_id).state not in ("pending", "placed"):
+                raise
+        time.sleep(FOLLOW_EVERY_S)
+
+
+def _follow(c: Client, job_id: str, stream: str, rank: int, offset: int | None) -> None:
+    """Print what the log gains, a MiB at most per ask, until the job is over and its log read to the end."""
+    if offset is None:
+        raise InputError("the job's node runs an agent too old to follow a log: upgrade it", source="--follow")
+    while True:
+        over = c.job(job_id).state in _OVER  # asked before the read: a log read empty after that is whole
+        out = c.logs(job_id, stream=stream, rank=rank, offset=offset)
+        typer.echo(out.text, nl=False)
+        offset = out.next_offset if out.next_offset is not None else offset + len(out.text.encode())
+        if out.text:
+            continue  # more may be waiting past the MiB this read carried
+        if over:
+            return
+        time.sleep(FOLLOW_EVERY_S)
 
 
 @admin_app.command("tenant")

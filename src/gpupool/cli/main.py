@@ -60,7 +60,9 @@ COMMANDS: dict[str, Entry] = {
         "cancel",
         "Cancel a job, or every element of an array (a running one is stopped on its nodes' next heartbeat).",
     ),
-    "logs": Entry(_CLI, "logs", "Print a job's output, fetched from its node's agent."),
+    "logs": Entry(
+        _CLI, "logs", "Print a job's output through the server, from every rank's stdout or stderr (-f: follow)."
+    ),
     "usage": Entry(_CLI, "usage", "GPU-seconds per tenant, GPU model and pool in a window."),
     "acct": Entry("gpupool.cli.acct", "app", "Accounting: one record per run of a job, and monthly statements."),
     "nodes": Entry(_CLI, "nodes", "List nodes with their GPUs, HCAs, health and heartbeat age.", panel=_OPS),

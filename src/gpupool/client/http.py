@@ -135,8 +135,12 @@ class Client:
     def cancel(self, job_id: str) -> api.JobOut:
         return self._call("POST", f"/v1/jobs/{job_id}/cancel", api.JobOut)
 
-    def logs(self, job_id: str, *, stream: str = "stdout", tail: int = 200, rank: int = 0) -> api.LogsOut:
-        params = {"stream": stream, "tail": tail, "rank": rank}
+    def logs(
+        self, job_id: str, *, stream: str = "stdout", tail: int = 200, rank: int = 0, offset: int | None = None
+    ) -> api.LogsOut:
+        """The last ``tail`` lines of a rank's log, or with ``offset`` what it holds from that byte on."""
+        params: dict[str, str | int] = {"stream": stream, "rank": rank}
+        params.update({"tail": tail} if offset is None else {"offset": offset})
         return self._call("GET", f"/v1/jobs/{job_id}/logs", api.LogsOut, params=params)
 
     # -- operators -----------------------------------------------------------------------------------------------

@@ -128,6 +128,9 @@ class RegisterReply(_Msg):
     heartbeat_interval_s: float
     server_time_s: float
     command_wait_s: float = 0.0  # > 0: the server holds a commands long-poll this long; 0: commands ride beats only
+    # The key the server signs its log requests with (schemas/logsig.py); "" from an older server, whose log
+    # requests the agent then refuses.
+    log_key: str = Field(default="", repr=False)
 
 
 class GpuSample(_Msg):

@@ -386,6 +386,9 @@ class LogsOut(_Out):
     rank: int
     stream: Literal["stdout", "stderr"]
     text: str
+    # Where the log goes on: ask again with ``offset`` set to it for what was written since (None: an older
+    # agent, which cannot say).
+    next_offset: int | None = None
 
 
 class GpuOut(_Out):

@@ -35,13 +35,14 @@ from gpupool.domain.errors import (
 from gpupool.schemas import agent as proto
 from gpupool.schemas import api
 from gpupool.server.accounting import router as accounting_router
+from gpupool.server.agentlogs import AgentUnreachableError, LogFetcher, LogsBusyError, log_key
 from gpupool.server.auth import AuthError, bearer
 from gpupool.server.core import Server, build_server
 from gpupool.server.door import AuthFailures, BodyLimit
 from gpupool.server.fastsubmit import SubmitFastPath
 from gpupool.server.gateway import ProtocolUnsupportedError
 from gpupool.server.logs import RequestIds
-from gpupool.server.routes import AgentUnreachableError, ForbiddenError, Srv, router
+from gpupool.server.routes import ForbiddenError, Srv, router
 from gpupool.server.settings import Settings
 from gpupool.server.token_routes import router as token_router
 from gpupool.web import mount as mount_dashboard
@@ -58,6 +59,7 @@ _STATUS: tuple[tuple[type[GpupoolError], int], ...] = (
     (ProtocolUnsupportedError, 426),
     (TenantPendingLimitError, 429),
     (SubmitQueueFullError, 503),
+    (LogsBusyError, 503),
     (StoreUnavailableError, 503),
 )
 
@@ -119,6 +121,7 @@ def create_app(
     run_loop: bool = True,
 ) -> FastAPI:
     srv = build_server(settings) if clock is None else build_server(settings, clock=clock)
+    logs = LogFetcher(settings.log_fetch_timeout_s, settings.log_fetches)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -128,10 +131,12 @@ def create_app(
         try:
             yield
         finally:
+            await logs.aclose()
             srv.close()
 
     app = FastAPI(title="gpupool", version="1", lifespan=lifespan, responses=_errors())
     app.state.server = srv
+    app.state.log_fetcher = logs
     app.add_exception_handler(GpupoolError, _error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.include_router(router)
@@ -188,7 +193,9 @@ def create_app(
         if who is not None and not who.admin:
             raise ForbiddenError("registering a node needs a join token, its node token or an admin token")
         peer = request.client.host if request.client is not None else ""
-        return s.gateway.register(body, token, peer, who)
+        reply = s.gateway.register(body, token, peer, who)
+        stored = s.ops.node_token_hash(body.host)  # the token just stored: the key the log route derives too
+        return reply if stored is None else reply.model_copy(update={"log_key": log_key(stored[1])})
 
     @app.post("/v1/agents/{host}/heartbeat", response_model=proto.HeartbeatReply, responses=_PROTOCOL)
     def heartbeat(

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import secrets
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-import httpx
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -24,6 +24,7 @@ from gpupool.domain.sharing import Quota
 from gpupool.domain.states import JobState
 from gpupool.fabric import jsonio
 from gpupool.schemas import api
+from gpupool.server.agentlogs import AgentUnreachableError, LogFetcher, log_key
 from gpupool.server.auth import actor
 from gpupool.server.convert import array_elements, attempt_out, job_out, node_selector, to_spec
 from gpupool.server.core import Server
@@ -287,33 +288,53 @@ def _placement_of(srv: Server, job_id: str, rank: int) -> tuple[str, str]:
     return found
 
 
-@router.get("/jobs/{job_id}/logs", response_model=api.LogsOut, responses={502: {"model": api.ErrorOut}})
-def job_logs(
-    job_id: str,
-    srv: Srv,
-    who: Who,
-    stream: Literal["stdout", "stderr"] = "stdout",
-    tail: Annotated[int, Query(ge=1, le=100_000)] = 200,
-    rank: Annotated[int, Query(ge=0, le=4096)] = 0,
-) -> api.LogsOut:
+@dataclass(frozen=True, slots=True)
+class _LogSource:
+    host: str
+    aid: str
+    base_url: str
+    key: str
+
+
+def _log_source(srv: Server, who: Principal, job_id: str, rank: int) -> _LogSource:
+    """Where ``rank``'s log is and the key to ask for it with: store reads only (the thread pool's part)."""
     _own_job(srv, who, job_id)
     aid, host = _placement_of(srv, job_id, rank)
     agent = srv.ops.agent(host)
     if not agent.agent_url:
         raise AgentUnreachableError(f"node {host} serves no logs (its agent gave no URL)")
-    try:  # no transaction is open here: the reads above are done
-        r = httpx.get(f"{agent.agent_url}/logs/{aid}", params={"stream": stream, "tail": tail}, timeout=5.0)
-    except httpx.HTTPError as e:
-        raise AgentUnreachableError(f"the agent of {host} did not answer: {type(e).__name__}") from None
-    if r.status_code == 404:
-        raise NotFoundError(f"the agent of {host} has no {stream} for {aid}")
-    if r.status_code != 200:
-        raise AgentUnreachableError(f"the agent of {host} answered {r.status_code}")
-    return api.LogsOut(job_id=job_id, rank=rank, stream=stream, text=r.text)
+    stored = srv.ops.node_token_hash(host)
+    if stored is None:
+        raise AgentUnreachableError(f"node {host} has no node token: its agent has not registered")
+    return _LogSource(host, aid, agent.agent_url, log_key(stored[1]))
 
 
-class AgentUnreachableError(GpupoolError):
-    code = "AGENT_UNREACHABLE"
+@router.get(
+    "/jobs/{job_id}/logs",
+    response_model=api.LogsOut,
+    responses={502: {"model": api.ErrorOut}, 503: {"model": api.ErrorOut}},
+)
+async def job_logs(
+    job_id: str,
+    request: Request,
+    srv: Srv,
+    who: Who,
+    stream: Literal["stdout", "stderr"] = "stdout",
+    tail: Annotated[int, Query(ge=1, le=100_000)] = 200,
+    rank: Annotated[int, Query(ge=0, le=4096)] = 0,
+    offset: Annotated[int | None, Query(ge=0, le=1 << 62)] = None,
+) -> api.LogsOut:
+    """The last ``tail`` lines of a rank's stdout or stderr, or (``offset``) what its log holds from that byte
+    on, at most a MiB; ``next_offset`` is where to ask next (``gpupool logs -f`` polls with it)."""
+    src = await run_in_threadpool(_log_source, srv, who, job_id, rank)
+    params: dict[str, str | int] = {"stream": stream, **({"tail": tail} if offset is None else {"offset": offset})}
+    fetcher: LogFetcher = request.app.state.log_fetcher
+    got = await fetcher.fetch(src.host, src.base_url, src.key, src.aid, params)
+    if got.status == 404:
+        raise NotFoundError(f"the agent of {src.host} has no {stream} for {src.aid}")
+    if got.status != 200:
+        raise AgentUnreachableError(f"the agent of {src.host} answered {got.status}: {got.text.strip()[:200]}")
+    return api.LogsOut(job_id=job_id, rank=rank, stream=stream, text=got.text, next_offset=got.next_offset)
 
 
 # -- nodes and fabric ------------------------------------------------------------------------------------------

@@ -106,6 +106,8 @@ class Settings:
     max_open_files: int = 65_536  # the server raises its soft RLIMIT_NOFILE to this (at most the hard limit)
     auth_fail_burst: int = 20  # failed authentications a token or an address may have at once (0: no limit)
     auth_fail_per_s: float = 1.0  # and more each second; past that a 429 AUTH_RATE_LIMITED with Retry-After
+    log_fetch_timeout_s: float = 5.0  # a log fetch from an agent (server/agentlogs.py): connect, read and all
+    log_fetches: int = 16  # log fetches in flight at once (an agent at most a quarter of them); more: 503
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)  # what decides (also ``gpupool sim``)
 
     @property
@@ -273,7 +275,7 @@ def _lease_problems(s: Settings) -> list[tuple[str, str]]:
 
 def _door_problems(s: Settings) -> list[tuple[str, str]]:
     positive = ("max_body_bytes", "body_timeout_s", "header_timeout_s", "max_header_bytes", "keep_alive_s")
-    out = [(n, f"{getattr(s, n)!r} must be above 0") for n in positive if getattr(s, n) <= 0]
+    out = [(n, f"{getattr(s, n)!r} must be above 0") for n in (*positive, "log_fetch_timeout_s") if getattr(s, n) <= 0]
     out += [
         (n, f"{getattr(s, n)!r} is negative") for n in ("limit_concurrency", "auth_fail_burst") if getattr(s, n) < 0
     ]
@@ -281,7 +283,7 @@ def _door_problems(s: Settings) -> list[tuple[str, str]]:
         out.append(("auth_fail_per_s", f"{s.auth_fail_per_s!r} is negative"))
     if s.max_admin_body_bytes < s.max_body_bytes:
         out.append(("max_admin_body_bytes", f"{s.max_admin_body_bytes!r} is below max_body_bytes ({s.max_body_bytes})"))
-    for name in ("backlog", "max_open_files"):
+    for name in ("backlog", "max_open_files", "log_fetches"):
         if getattr(s, name) < 1:
             out.append((name, f"{getattr(s, name)!r} must be at least 1"))
     return out

@@ -27,10 +27,12 @@ from gpupool.agent.reporter import Backoff, BackoffPolicy, RegistrationRefusedEr
 from gpupool.fabric import jsonio
 from gpupool.fabric.generators import superpod
 from gpupool.schemas import agent as wire
+from gpupool.schemas import logsig
 from procs import until as poll_until
 
 PY = sys.executable
 JOIN = "join-secret"
+LOG_KEY = "test-log-key"
 HOST = "dgx001"
 
 
@@ -178,6 +180,7 @@ class Running:
 def make_agent(url: str, state: Path, fabric_json: Path, **kw: object) -> tuple[Agent, LogServer]:
     settings = AgentSettings(server_url=url, join_token=JOIN, host=HOST, state_dir=state, poll_s=0.02, **kw)  # type: ignore[arg-type]
     logs = LogServer(state / "workloads").start()
+    logs.set_key(LOG_KEY)  # the protocol test server gives no key: the tests sign with this one
     sources = emulated_sources(fabric_json, HOST, state / "node")
     return Agent(settings, sources, ServerClient(url), log_url=logs.url, log=lambda _m: None), logs
 
@@ -233,7 +236,10 @@ IGNORE_TERM = (
 
 
 def log_text(r: Running, aid: str, query: str = "") -> str:
-    return httpx.get(f"{r.logs.url}/logs/{aid}{query}").text
+    target = f"/logs/{aid}{query}"
+    return httpx.get(
+        r.logs.url + target, headers={logsig.HEADER: logsig.sign(LOG_KEY, "GET", target, time.time())}
+    ).text
 
 
 def test_registers_the_emulated_inventory_and_beats_with_telemetry(
