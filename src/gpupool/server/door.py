@@ -180,9 +180,14 @@ class FailureBuckets:
         level = self._level(key, self._clock())
         return 0.0 if level >= 1.0 else (1.0 - level) / self._per_s
 
-    def charge(self, key: bytes) -> None:
+    def full(self, key: bytes) -> bool:
+        """Whether ``key`` has its whole burst (no failure to refill)."""
+        return self._level(key, self._clock()) >= self._burst
+
+    def charge(self, key: bytes, failures: float = 1.0) -> None:
+        """Take ``failures`` from ``key``'s allowance (a negative number gives them back, up to the burst)."""
         now = self._clock()
-        level = self._level(key, now) - 1.0
+        level = min(self._burst, self._level(key, now) - failures)
         self._levels[key] = (max(level, -self._burst), now)  # a flood cannot dig deeper than one burst's wait
         self._levels.move_to_end(key)
         while len(self._levels) > self._max:
@@ -224,34 +229,46 @@ class AuthFailures:
             return
         token = b"t:" + hashlib.sha256(credential).digest()
         address = address_key(scope.get("client"))
-        wait = self._buckets.wait_s(token)
-        if not wait and not self._is_good(token):
-            wait = self._buckets.wait_s(address)
+        good = self._is_good(token)
+        wait = self._buckets.wait_s(token) or (0.0 if good else self._buckets.wait_s(address))
         if wait:
             message = "too many failed authentications from this token or address: retry later"
             await refusal(send, 429, "AUTH_RATE_LIMITED", message, {"Retry-After": str(math.ceil(wait))})
             return
+        # A key with failures already is charged before the answer, and given back unless it is a 401, so that
+        # requests in flight at once cannot each pass on its last unit of allowance; a key without failures is
+        # charged after a 401 only (a fresh token's parallel first requests are not held to the burst).
+        keys = (token,) if good else (token, address)
+        held = tuple(k for k in keys if not self._buckets.full(k))
+        for key in held:
+            self._buckets.charge(key)
         status = 0
 
         async def watched(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                self._note(token, address, status, scope["path"])
             await send(message)
 
-        await self.app(scope, receive, watched)
+        try:
+            await self.app(scope, receive, watched)
+        finally:
+            self._note(token, keys, held, status, scope["path"])
 
     def _is_good(self, token: bytes) -> bool:
         until = self._good.get(token)
         return until is not None and until > self._clock()
 
-    def _note(self, token: bytes, address: bytes, status: int, path: str) -> None:
+    def _note(self, token: bytes, keys: tuple[bytes, ...], held: tuple[bytes, ...], status: int, path: str) -> None:
         if status == 401:
             self._good.pop(token, None)
-            self._buckets.charge(token)
-            self._buckets.charge(address)
-        elif 200 <= status < 300 and path.startswith("/v1/"):
+            for key in keys:
+                if key not in held:  # the held ones stay charged
+                    self._buckets.charge(key)
+            return
+        for key in held:
+            self._buckets.charge(key, -1.0)
+        if 200 <= status < 300 and path.startswith("/v1/"):
             # Only a 2xx of the API proves the token: every /v1 route authenticates, while an unknown path's
             # 404 or a body's 422 may come before any check (and would let any token pass as good).
             self._good[token] = self._clock() + self.GOOD_S

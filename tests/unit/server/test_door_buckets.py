@@ -60,3 +60,16 @@ def test_the_least_recently_charged_keys_go_first() -> None:
 )
 def test_an_address_counts_as_itself_or_its_ipv6_64(client: tuple[str, int] | None, key: bytes) -> None:
     assert address_key(client) == key
+
+
+def test_a_failure_given_back_restores_the_allowance_up_to_the_burst() -> None:
+    clock = Clock()
+    b = FailureBuckets(burst=1, per_s=0.01, clock=clock)
+    b.charge(b"k")
+    assert b.wait_s(b"k") > 0
+    b.charge(b"k", -1.0)
+    assert b.wait_s(b"k") == 0
+    b.charge(b"k", -5.0)  # never past the burst
+    b.charge(b"k")
+    assert b.wait_s(b"k") > 0
+    assert not b.full(b"k") and b.full(b"fresh")
