@@ -157,7 +157,8 @@ def _check(fields: dict[str, Any], o: SbatchOptions) -> JobSubmit:
 
 def sbatch(
     argv: Annotated[
-        list[str] | None, typer.Argument(help="[sbatch options] script.sh [script arguments]", show_default=False)
+        list[str] | None,
+        typer.Argument(help="sbatch options, the script, its arguments (docs/slurm.md)", show_default=False),
     ] = None,
 ) -> None:
     """Submit a Slurm batch script: its #SBATCH lines (and sbatch options before it) as a gpupool job."""
