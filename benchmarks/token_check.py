@@ -7,12 +7,15 @@ The difference per request is the price of immediate revocation.
 One JSON line: per token kind, the client's p50/p99 latency (ms) and the server's CPU per request (ms);
 wall, and the 1-minute load average before and after.
 
-    .venv/bin/python benchmarks/token_check.py [--requests 2000] [--database-url URL]
+    .venv/bin/python benchmarks/token_check.py [--requests 2000] [--backend sqlite|postgres]
+
+PostgreSQL: a throwaway schema of the test database (``procs.pg_schema``), dropped after.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -24,7 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from procs import ADMIN, ServerProc
+from procs import ADMIN, ServerProc, pg_schema
 
 
 def cpu_s(pid: int) -> float:
@@ -55,10 +58,13 @@ def _run(base: str, pid: int, token: str, n: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=2000)
-    ap.add_argument("--database-url", default="")
+    ap.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        url = args.database_url or f"sqlite:///{Path(tmp) / 'gpupool.db'}"
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        if args.backend == "postgres":
+            url = stack.enter_context(contextlib.contextmanager(pg_schema)())
+        else:
+            url = f"sqlite:///{Path(tmp) / 'gpupool.db'}"
         load0, t0 = os.getloadavg()[0], time.monotonic()
         srv = ServerProc(url, Path(tmp), Path(tmp) / "server.log", env={"GPUPOOL_ACCESS_LOG": "false"})
         try:

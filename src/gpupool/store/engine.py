@@ -204,6 +204,19 @@ def core_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
         raise
 
 
+@contextmanager
+def single_read(engine: Engine) -> Iterator[Connection]:
+    """A connection for one read statement outside a transaction: on PostgreSQL (autocommit) one round trip
+    instead of BEGIN, the statement and ROLLBACK. For the hot one-row reads that need no snapshot (a token's
+    check on every request); anything reading two rows that must agree uses ``core_transaction``."""
+    try:
+        with engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT") if is_postgres(engine) else conn
+    except (sa_exc.DBAPIError, engine.dialect.loaded_dbapi.Error, UnicodeEncodeError) as e:
+        _raise_fault(engine, e)
+        raise
+
+
 def _raise_fault(engine: Engine, e: BaseException) -> None:
     """Raise ``e``'s domain error, if it has one; an unreachable server also empties the connection pool, since
     after a failover every pooled connection points at the old primary (SQLAlchemy does this itself for errors
