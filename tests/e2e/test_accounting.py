@@ -73,6 +73,7 @@ def test_acct_rows_sum_to_usage_and_a_statement_prices_them(cluster: Cluster) ->
     assert all(r["exit_code"] == 3 and r["gpus"] == 2 for r in rows if r["job_id"] == failing)
     (g,) = [r for r in rows if r["job_id"] == gang]
     assert g["gpus"] == 8 and g["pool"] == "research" and g["state"] == "finished" and g["elapsed_s"] > 0
+    assert 1 <= len(g["hosts"]) == len(set(g["hosts"])) <= 2  # each host once
     summed: dict[tuple[str, str, str], float] = defaultdict(float)
     for r in rows:
         summed[(r["tenant"], r["gpu_model"], r["pool"])] += r["gpu_hours"] * 3600

@@ -45,7 +45,7 @@ def _out(r: AccountingRecord, now: float) -> api.AccountingOut:
         pool=run.pool,
         gpu_model=run.gpu_model,
         gpus=run.milli_gpu / 1000,
-        hosts=list(run.hosts),
+        hosts=list(dict.fromkeys(run.hosts)),  # each host once, in first-use order (sacct's NodeList)
         submit_s=r.submit_s,
         start_s=run.started_s,
         end_s=run.ended_s,
