@@ -150,6 +150,7 @@ def test_a_containers_exit_status_is_the_ranks(cluster: Cluster, image: str) -> 
     until(lambda: c.job(job)["state"] == "failed", 60, "the failing container job failed")
     attempts = c.http.get(f"/v1/jobs/{job}/attempts").json()["attempts"]
     assert [(a["state"], a["exit_code"]) for a in attempts] == [("failed", 7)]
+    assert "podman" not in attempts[0]["reason"]
 
 
 def test_a_cancelled_container_job_leaves_no_container(cluster: Cluster, image: str) -> None:
@@ -161,3 +162,14 @@ def test_a_cancelled_container_job_leaves_no_container(cluster: Cluster, image: 
     until(lambda: c.job(job)["state"] == "cancelled", 30, "the container job cancelled")
     until(lambda: not containers_of(job), 30, "no container of the job left")
     assert not containers_of(job)
+
+
+def test_a_container_that_cannot_start_fails_with_the_runtimes_reason(cluster: Cluster, image: str) -> None:
+    c = cluster
+    job = submit(c, "true", "localhost/gpupool-no-such-image:1")  # no registry answers: the pull fails
+    until(lambda: c.job(job)["state"] == "failed", 60, "the job with a missing image failed")
+    (attempt,) = c.http.get(f"/v1/jobs/{job}/attempts").json()["attempts"]
+    assert attempt["exit_code"] == 125
+    assert "podman could not run the container (exit 125): Error: " in attempt["reason"], attempt
+    assert "localhost/gpupool-no-such-image:1" in attempt["reason"], attempt
+    # The container's own exit statuses are never taken for Podman's: exit 7 has no such reason (above).

@@ -57,6 +57,10 @@ HOST_ENV = (
     "ENROOT_CACHE_PATH",
     "ENROOT_RUNTIME_PATH",
 )
+# Podman's own failure (podman-run(1)): the image not found or not pulled, a bad option, the OCI runtime's
+# error. Its 126 and 127 (a command that cannot run, or is not in the image) never come with --init:
+# catatonit, the container's init, exits 1 then ("failed to exec pid1"), as the workload itself may.
+PODMAN_FAILURES = {125: "podman could not run the container"}
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -182,7 +186,11 @@ def _podman(rt: ContainerRuntime, rank: Rank, node: NodeDevices) -> ContainerLau
     teardown = (rt.binary, "rm", "--force", "--ignore", "--time", "0", name)
     text = "".join(f"{k}={v}\n" for k, v in sorted(rank.env.items()))
     return ContainerLaunch(
-        tuple(argv), dict(rt.env), ContainerHold(teardown, dict(rt.env), runtime_as_root=True), text, _notes(missing)
+        tuple(argv),
+        dict(rt.env),
+        ContainerHold(teardown, dict(rt.env), runtime_as_root=True, failures=PODMAN_FAILURES),
+        text,
+        _notes(missing),
     )
 
 

@@ -77,11 +77,14 @@ class ContainerHold:
     rootful Podman switches to the job's user itself (``--user``) and needs root to create the container.
     ``teardown`` (run with ``env``) removes what the runtime keeps outside the workload's process group and
     cgroup (Podman's conmon and container), idempotently: after the workload's end, and after its SIGKILL.
+    ``failures``: the runtime's own exit codes (Podman's 125) with what they mean; such an exit's
+    reason is that and the last line of its stderr (the runtime's error).
     """
 
     teardown: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     runtime_as_root: bool = False
+    failures: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +124,31 @@ def _hold_from_record(raw: object) -> ContainerHold | None:
         return None
     if not isinstance(raw, dict):
         raise TypeError(f"container: {raw!r}")
-    return ContainerHold(tuple(str(a) for a in raw["teardown"]), {str(k): str(v) for k, v in raw["env"].items()})
+    env = {str(k): str(v) for k, v in raw["env"].items()}
+    failures = {int(k): str(v) for k, v in raw.get("failures", {}).items()}
+    return ContainerHold(tuple(str(a) for a in raw["teardown"]), env, failures=failures)
+
+
+def _hold_record(hold: ContainerHold | None) -> dict[str, object] | None:
+    if hold is None:
+        return None
+    return {
+        "teardown": list(hold.teardown),
+        "env": dict(hold.env),
+        "failures": {str(k): v for k, v in hold.failures.items()},
+    }
+
+
+def _last_line(path: Path, limit: int = 300) -> str:
+    """The last non-empty line of a log (its last 4 KiB read), at most ``limit`` characters."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else ""
 
 
 def _write_json(path: Path, data: Mapping[str, object]) -> None:
@@ -202,6 +229,8 @@ class WorkloadRuntime:
         reason = ""
         if h.cgroup is not None and h.cgroup.oom_killed():
             reason = f"killed by the kernel: over its memory limit of {h.memory_mib} MiB"
+        elif h.container is not None and code is not None and code in h.container.failures:
+            reason = f"{h.container.failures[code]} (exit {code}): {_last_line(h.stderr_path)}"
         self._status[aid] = WorkloadStatus(aid, state, code, reason)
         self._children.pop(aid, None)
         _write_json(self.state_dir / aid / "exit.json", {"state": state.value, "exit_code": code, "reason": reason})
@@ -335,7 +364,7 @@ class WorkloadRuntime:
             "workdir": str(workdir) if workdir else None,
             "cgroup": cgroup.record() if cgroup else None,
             "memory_mib": mem,
-            "container": {"teardown": list(hold.teardown), "env": dict(hold.env)} if hold else None,
+            "container": _hold_record(hold),
         }
         _write_json(d / "launch.json", record)
         self._children[assignment_id] = child

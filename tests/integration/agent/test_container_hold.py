@@ -52,3 +52,16 @@ def test_a_stop_that_escalates_to_sigkill_removes_the_container(tmp_path: Path) 
     st = rt.stop("a1", grace_s=0.2)
     assert st.state is WorkloadState.EXITED and st.exit_code == -signal.SIGKILL
     assert marker.read_text() == "removed\n"  # once: the end of the rank does not remove it again
+
+
+def test_the_runtimes_own_exit_code_gets_its_meaning_and_last_error_line_as_reason(tmp_path: Path) -> None:
+    rt = WorkloadRuntime(tmp_path / "state")
+    failing = ContainerHold((), {}, failures={125: "podman could not run the container"})
+    write = "import sys; sys.stderr.write('pulling\\nError: image not known\\n\\n'); sys.exit({})"
+    for aid, code in (("a125", 125), ("a3", 3)):
+        rt.launch(aid, [PY, "-c", write.format(code)], {}, confine=Confinement(container=failing))
+        until(lambda a=aid: rt.poll()[a].state is WorkloadState.EXITED, 10, f"{aid} exited")
+    st = rt.poll()
+    assert st["a125"].reason == "podman could not run the container (exit 125): Error: image not known"
+    assert st["a3"].exit_code == 3 and st["a3"].reason == ""  # the workload's own exit: no runtime reason
+    assert WorkloadRuntime(tmp_path / "state").poll()["a125"].reason == st["a125"].reason  # kept across a restart
