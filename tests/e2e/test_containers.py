@@ -6,8 +6,9 @@ busybox, imported with ``podman import`` once per test session (its tarball unde
 - A 2-rank gang runs in the image: each rank sees its RANK, WORLD_SIZE, MASTER_ADDR and NCCL_IB_HCA (its
   GPUs' rail HCAs) inside the container, runs as its tenant's mapped user in its own working directory with
   the job's read-only mount, and the job finishes.
-- A container's exit status is the rank's.
+- A container's exit status is the rank's; one Podman cannot run (no such image) fails with Podman's reason.
 - A cancelled container job whose workload ignores SIGTERM leaves no container behind (``podman ps -a``).
+- A container past its time limit gets the checkpoint signal (SIGUSR1) inside, then stops as ``timeout``.
 """
 
 from __future__ import annotations
@@ -173,3 +174,18 @@ def test_a_container_that_cannot_start_fails_with_the_runtimes_reason(cluster: C
     assert "podman could not run the container (exit 125): Error: " in attempt["reason"], attempt
     assert "localhost/gpupool-no-such-image:1" in attempt["reason"], attempt
     # The container's own exit statuses are never taken for Podman's: exit 7 has no such reason (above).
+
+
+def test_a_container_past_its_limit_gets_the_checkpoint_signal_then_stops_as_timeout(
+    cluster: Cluster, image: str
+) -> None:
+    c = cluster
+    out = c.work / "signals"
+    out.mkdir()
+    out.chmod(0o777)  # whichever user the tenant maps to may write here
+    script = "trap 'echo usr1 > /out/signal' USR1; echo up; while true; do sleep 0.2; done"
+    mounts = [{"source": str(out), "target": "/out"}]
+    job = submit(c, script, image, mounts=mounts, time_limit_s=8, signal_lead_s=4)
+    until(lambda: c.job(job)["state"] == "timeout", 60, "the container job timed out")
+    assert (out / "signal").read_text() == "usr1\n"  # Podman and the container's init passed SIGUSR1 on
+    until(lambda: not containers_of(job), 30, "its container removed")
