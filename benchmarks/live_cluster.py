@@ -1,17 +1,21 @@
 """A live cluster for benchmarks: one real ``gpupool server`` process and real ``gpupool agent --emulate``
 processes on loopback, in a temporary directory; workloads are real child processes.
 
-Used by launch_latency.py and sim_fidelity.py. ``WORKLOAD`` is the job's program: it writes the wall time
-it started at to ``started`` in its working directory (the agent gives each assignment its own), sleeps
-``$SLEEP_S`` seconds and exits 0. The server runs at default settings unless ``env`` overrides them.
+Used by launch_latency.py and sim_fidelity.py. ``WORKLOAD`` is the job's program: it prints the wall time
+it started at as its first line of output (the agent keeps each assignment's stdout in its state directory),
+sleeps ``$SLEEP_S`` seconds, prints the wall time it ends at and exits 0. The server and the agents run at default settings unless ``env``
+overrides the server's: an agent run as root runs jobs as their tenant's user, in a cgroup, so the workload's
+Python must be one that user may execute (``PYTHON``: this one unless it sits under a private directory).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -27,9 +31,19 @@ PY = sys.executable
 ADMIN = "bench-admin"
 WORKLOAD = (
     "import os, time\n"
-    "open('started', 'w').write(repr(time.time()))\n"
+    "print(repr(time.time()), flush=True)\n"
     "time.sleep(float(os.environ.get('SLEEP_S', '0')))\n"
+    "print(repr(time.time()), flush=True)\n"
 )
+
+
+def _others_may_run(path: Path) -> bool:
+    real = path.resolve()
+    return all(p.stat().st_mode & stat.S_IXOTH for p in (real, *real.parents))
+
+
+# The tenant's user runs the workload: a virtual environment under /root is not theirs to execute.
+PYTHON = PY if _others_may_run(Path(PY)) else (shutil.which("python3", path="/usr/bin:/bin") or PY)
 
 
 def free_port() -> int:
@@ -114,7 +128,7 @@ class LiveCluster:
 
     def submit(self, sleep_s: float, tasks: int, gpus_per_task: int, **kw: Any) -> str:
         body = {
-            "command": [PY, "-c", WORKLOAD],
+            "command": [PYTHON, "-c", WORKLOAD],
             "env": {"SLEEP_S": f"{sleep_s:.3f}"},
             "tasks": tasks,
             "gpus_per_task": gpus_per_task,
@@ -125,20 +139,62 @@ class LiveCluster:
         r.raise_for_status()
         return str(r.json()["job"]["id"])
 
+    def states(self) -> dict[str, str]:
+        """Job id -> state, for every job of the benchmark's tenant (one request per 1,000 jobs)."""
+        out: dict[str, str] = {}
+        after: str | None = None
+        while True:
+            params: dict[str, Any] = {"tenant": "bench", "limit": 1000, **({"after": after} if after else {})}
+            page = self.http.get("/v1/jobs", params=params).json()
+            out.update((j["id"], j["state"]) for j in page["jobs"])
+            after = page["next_after"]
+            if after is None:
+                return out
+
+    def wait_finished(self, ids: list[str], timeout_s: float) -> None:
+        """Until every job of ``ids`` is finished; on timeout the error counts the others by state."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = self.states()
+            left = [j for j in ids if states.get(j) != "finished"]
+            if not left:
+                return
+            failed = [j for j in left if states.get(j) in ("failed", "cancelled", "timeout")]
+            if failed:
+                job = self.job(failed[0])
+                raise RuntimeError(f"{len(failed)} jobs {job['state']}; {failed[0]}: {job['reason']}")
+            if time.monotonic() > deadline:
+                counts: dict[str, int] = {}
+                for j in left:
+                    counts[states.get(j, "unknown")] = counts.get(states.get(j, "unknown"), 0) + 1
+                raise TimeoutError(f"{len(left)} jobs not finished within {timeout_s} s: {counts} ({left[:3]})")
+            time.sleep(0.5)
+
     def job(self, job_id: str) -> dict[str, Any]:
         return dict(self.http.get(f"/v1/jobs/{job_id}").json())
 
     def events(self, job_id: str) -> list[dict[str, Any]]:
         return list(self.http.get(f"/v1/jobs/{job_id}/events").json()["events"])
 
+    def event_time(self, job_id: str, action: str) -> float:
+        """When the job's first ``action`` event (``job.placed``, ``job.finished``, ...) was written."""
+        return min(e["at_s"] for e in self.events(job_id) if e["action"] == action)
+
     def started_files(self, job_id: str) -> dict[str, float]:
-        """Assignment id -> the wall time its workload wrote at start, for every rank of every run of the job."""
+        """Assignment id -> the wall time its workload printed at start, for every rank of every run of the job."""
+        return self._printed(job_id, 0)
+
+    def ended_files(self, job_id: str) -> dict[str, float]:
+        """Assignment id -> the wall time its workload printed as it ended (ranks that ran to the end)."""
+        return self._printed(job_id, 1)
+
+    def _printed(self, job_id: str, line: int) -> dict[str, float]:
         out = {}
         for host in self.agents:
-            for f in (self.root / host / "workloads").glob(f"{job_id}.*/started"):
-                text = f.read_text()
-                if text:
-                    out[f.parent.name] = float(text)
+            for f in (self.root / host / "workloads").glob(f"{job_id}.*/stdout.log"):
+                lines = f.read_text().splitlines()
+                if len(lines) > line:
+                    out[f.parent.name] = float(lines[line])
         return out
 
     def received_files(self, job_id: str) -> dict[str, float]:

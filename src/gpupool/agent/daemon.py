@@ -40,6 +40,7 @@ from gpupool.agent.gpu import FileGpuProbe, GpuProbe
 from gpupool.agent.health import NodeHealth, assess_node
 from gpupool.agent.ib import PortRates, SysfsIbProbe
 from gpupool.agent.isolation import Isolation, default_work_root, launch_files
+from gpupool.agent.launching import start_failure
 from gpupool.agent.nodetoken import KeptToken
 from gpupool.agent.nvml import NvmlGpuProbe, NvmlUnavailableError
 from gpupool.agent.push import CommandPoller, PollOutcome, PollRequest
@@ -80,6 +81,7 @@ _LINKS: dict[LinkState, Literal["up", "degraded", "down"]] = {
     LinkState.DOWN: "down",
 }
 _STATES: dict[WorkloadState, wire.WorkloadState] = {
+    WorkloadState.STARTING: "starting",
     WorkloadState.RUNNING: "running",
     WorkloadState.EXITED: "exited",
     WorkloadState.LOST: "lost",
@@ -175,17 +177,16 @@ class _Meta:
     job_id: str
     gpus: tuple[int, ...]
     launch_error: str = ""
+    program: str = "python"  # argv[0]'s name, for the emulated node's process list (not kept on disk)
 
 
 def _launch_failure(argv: Sequence[str], e: Exception) -> str:
-    """One line saying why a command did not start, for the job's reason (never the whole argv: it may be
-    megabytes, or hold a secret)."""
-    prog = argv[0][:200] if argv else ""
+    """Why a command did not start, for the job's reason (a launcher's own refusal comes from the runtime)."""
     if isinstance(e, OSError):
-        return f"cannot start {prog!r}: {e.strerror or e}"
+        return start_failure(argv, str(e.strerror or e))
     if isinstance(e, GpupoolError):
         return str(e)[:500]
-    return f"cannot start {prog!r}: {type(e).__name__}: {str(e)[:300]}"
+    return start_failure(argv, f"{type(e).__name__}: {str(e)[:300]}")
 
 
 def _stderr(msg: str) -> None:
@@ -218,7 +219,9 @@ class Agent:
         self.log = log
         env = os.environ if base_env is None else base_env
         self._base_env = {k: env[k] for k in settings.inherit_env if k in env}
-        self.runtime = WorkloadRuntime(settings.state_dir / "workloads", cgroups=settings.isolation.cgroups)
+        self.runtime = WorkloadRuntime(
+            settings.state_dir / "workloads", cgroups=settings.isolation.cgroups, warm_launcher=True
+        )
         self.work_root = settings.isolation.work_root or default_work_root(settings.state_dir)
         self.backoff = Backoff(settings.backoff, settings.seed)
         self.stats = AgentStats()
@@ -427,15 +430,19 @@ class Agent:
         """Check the children: report what changed, escalate overdue stops. No server call is required."""
         changed: list[wire.WorkloadStatus] = []
         for aid, st in self.workload_statuses().items():
-            if self._state.get(aid) in (st.state, "delivered"):
-                continue
+            if self._state.get(aid) in (st.state, "delivered") or st.state == "starting":
+                continue  # unchanged, or its launcher has not answered: reported once it has
             self._changed_at[aid] = self.wall()
             st = self._status(aid, st.state, st.exit_code, st.reason)
             self._state[aid] = st.state
             changed.append(st)
+            meta = self._meta.get(aid)
+            if st.state == "running" and self.sources.emulated is not None and meta is not None:
+                # Busy once the workload runs, as a real GPU would be: never before a beat can list it.
+                h = self.runtime.handle(aid)
+                self.sources.emulated.place(meta.gpus, pid=h.pid if h else None, process=meta.program)
             if st.state in ("exited", "lost"):
                 self._undelivered[aid] = st
-                meta = self._meta.get(aid)
                 if self.sources.emulated is not None and meta is not None:
                     self.sources.emulated.release(meta.gpus)
         now = self.clock()
@@ -460,7 +467,7 @@ class Agent:
         aid = cmd.assignment_id
         if self.runtime.handle(aid) is not None or aid in self._meta:
             return  # launched before (perhaps by an earlier agent on this state dir): never twice
-        meta = _Meta(cmd.job_id, tuple(cmd.gpus))
+        meta = _Meta(cmd.job_id, tuple(cmd.gpus), program=Path(cmd.argv[0]).name if cmd.argv else "?")
         self._write_meta(aid, meta)  # before the child exists, so a crash right after still knows its job
         # A container gets the job's variables only: the node's PATH, LANG, ... are not the image's.
         env = {**(self._base_env if cmd.container is None else {}), **cmd.env, "GPUPOOL_ASSIGNMENT_ID": aid}
@@ -480,15 +487,15 @@ class Agent:
                     self.log,
                     self.settings.isolation.dev_dir,
                 )
-            h = self.runtime.launch(aid, argv, env, confine=confine, files=launch_files(cmd))
+            # Not waiting for the exec: the next launch of this reply starts meanwhile, and a launcher that
+            # refuses comes back from the runtime's poll as exited 127 with its reason.
+            self.runtime.start(aid, argv, env, confine=confine, files=launch_files(cmd))
         except Exception as e:  # whatever a tenant sent, the job fails with a reason and the agent stays up
             why = _launch_failure(cmd.argv, e)
             self.log(f"{aid}: not started: {why}")
             self._write_meta(aid, _Meta(cmd.job_id, tuple(cmd.gpus), why))
             return
         self.stats.launches += 1
-        if self.sources.emulated is not None:
-            self.sources.emulated.place(cmd.gpus, pid=h.pid, process=Path(cmd.argv[0]).name)
 
     def stop(self, cmd: wire.StopCommand) -> None:
         aid = cmd.assignment_id
@@ -540,7 +547,9 @@ class Agent:
         running = [
             self._status(a, "running", None) for a, s in self._state.items() if s == "running" and a in self._meta
         ]
-        return [*running, *self._undelivered.values()]
+        # Launched, its launcher's answer not read yet: listed, so a stop for it (a cancel) is not held back.
+        starting = [self._status(a, "starting", None) for a in self.runtime.starting if a in self._meta]
+        return [*starting, *running, *self._undelivered.values()]
 
     def beat(self) -> None:
         start = self.clock()
@@ -627,8 +636,7 @@ class Agent:
                 self._push_backoff.reset()
                 self._held = tuple(wire.command_key(c) for c in out.reply.commands if c.kind != "signal")
                 self._settle(out.reply.commands)
-                self.execute(out.reply.commands)
-                self.tick()  # report the launches at once
+                self.execute(out.reply.commands)  # the loop's next tick reports them: the next poll opens now
                 return
             self._held = ()  # whatever answers next (a restarted server, another replica) is asked for everything
             if isinstance(out.error, NodeUnknownError):
@@ -650,6 +658,7 @@ class Agent:
                     self.runtime.stop(aid, self.settings.exit_grace_s)
             with contextlib.suppress(GpupoolError):
                 self.tick()
+        self.runtime.close()
 
     def run(self, stop: threading.Event, sleep: Callable[[float], object] | None = None) -> None:
         """Loop until ``stop`` is set; ``sleep`` defaults to waiting on ``stop`` (so a signal wakes it)."""

@@ -1,8 +1,11 @@
 """The first moments of a workload: join its cgroup, become its user, then exec the tenant's argv.
 
 Run by the agent as ``python -I -S launcher.py FD`` (stdlib only, never imported by gpupool): the agent
-forks it with a clean environment and sends the launch over the socket ``FD`` as one JSON object, so the
-tenant's variables (``LD_PRELOAD`` among them) never reach this process while it is root. In order:
+forks it with a clean environment and sends the launch over the socket ``FD`` as one JSON object, with the
+rank's stdout and stderr files as two descriptors beside it (SCM_RIGHTS), so the tenant's variables
+(``LD_PRELOAD`` among them) never reach this process while it is root. Because nothing of the launch is
+needed to start it, the agent keeps one launcher started in advance, waiting on its socket, and a launch
+does not wait for a Python to start; a launcher whose socket closes before any launch came exits 0. In order:
 
 1. write its pid into each cgroup ``join`` file (root is needed for that on cgroup v2, so this comes first,
    and nothing the workload starts can begin outside its cgroup);
@@ -23,6 +26,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import sys
 
 _PR_SET_NO_NEW_PRIVS = 38
@@ -36,17 +40,23 @@ def _fail(fd: int, step: str, e: OSError) -> None:
         os._exit(127)
 
 
-def _read_all(fd: int) -> bytes:
-    chunks: list[bytes] = []
-    while True:
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            return b"".join(chunks)
+def _receive(sock: socket.socket) -> bytes:
+    """The launch's JSON, with stdout and stderr put in place; exit 0 when the agent closed the socket unused."""
+    first, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 2)
+    if not first:
+        os._exit(0)
+    for target, fd in zip((1, 2), fds, strict=False):
+        os.dup2(fd, target)
+        os.close(fd)
+    chunks = [first]
+    while chunk := sock.recv(1 << 16):
         chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def main(fd: int) -> None:
-    spec = json.loads(_read_all(fd))
+    sock = socket.socket(fileno=fd)  # kept referenced until the exec: collecting it would close fd
+    spec = json.loads(_receive(sock))
     step = "cgroup"
     try:
         for path in spec.get("join", ()):

@@ -17,18 +17,23 @@ A workload in a container (``agent/containers.py``) is its runtime's process (``
 same way; its ``ContainerHold`` says whether the launcher keeps root for it and how the container, which
 the runtime keeps outside the process group and cgroup, is removed: after the workload ends, and with its
 SIGKILL.
+
+``start`` does not wait for the exec (``agent/launching.py``): the assignment is STARTING until its launcher
+answers, which ``poll`` collects (exec'd: RUNNING; refused: EXITED 127 with the launcher's reason), so an
+agent given several launches at once starts them all without one Python start-up after another. With
+``warm_launcher`` a launcher is forked in advance and waits for the next launch, so a launch does not wait
+for a Python to start at all (placed -> process started: ``benchmarks/launch_latency.py``). ``launch`` is
+``start`` and then a wait for that answer, raising OSError when the workload could not be started.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,19 +44,18 @@ from pathlib import Path
 
 from gpupool.agent.cgroups import CgroupBackend, JobCgroup, Limits, cgroup_from_record
 from gpupool.agent.identity import RunAs
+from gpupool.agent.launching import Launchers, Pending, start_failure
 from gpupool.domain.errors import InputError, ParseError
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _POLL_S = 0.01
-LAUNCHER = Path(__file__).with_name("launcher.py")
 _KILL_WAIT_S = 1.0  # the agent loop waits this long for SIGKILLed processes to go, then looks again later
-LAUNCH_TIMEOUT_S = 30.0  # from fork to exec; a launcher stuck longer is killed and the launch fails
 _TEARDOWN_TIMEOUT_S = 60.0  # a container runtime's removal of one container
 _TEARDOWN_RETRY_S = 5.0  # a failed removal is tried again at most this often (each try blocks the agent loop)
-_STEPS = {"cgroup": "joining its cgroup", "user": "becoming its user", "chdir": "entering its working directory"}
 
 
 class WorkloadState(StrEnum):
+    STARTING = "starting"  # forked: its launcher has not exec'd the workload yet
     RUNNING = "running"
     EXITED = "exited"  # exit_code says how: >= 0 its own exit status, < 0 the signal that ended it
     LOST = "lost"  # gone while no agent watched: how it ended cannot be known
@@ -166,12 +170,18 @@ class WorkloadRuntime:
     """The agent's children. Not thread-safe: one agent loop owns it."""
 
     def __init__(
-        self, state_dir: str | Path, cgroups: CgroupBackend | None = None, python: str = sys.executable
+        self,
+        state_dir: str | Path,
+        cgroups: CgroupBackend | None = None,
+        python: str = sys.executable,
+        warm_launcher: bool = False,
     ) -> None:
         self.state_dir = Path(state_dir)
         _private_dir(self.state_dir)
         self.cgroups = cgroups
-        self.python = python
+        self.launchers = Launchers(python, warm_launcher)
+        self._starting: dict[str, Pending] = {}  # launched, its launcher's answer not read yet
+        self._failures: dict[str, OSError] = {}  # why a launcher refused, for ``launch`` to raise
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._handles: dict[str, WorkloadHandle] = {}
         self._status: dict[str, WorkloadStatus] = {}
@@ -224,10 +234,9 @@ class WorkloadRuntime:
         now = process_start_ticks(h.pid)
         return now is not None and now[0] == h.start_ticks and now[1] != "Z"
 
-    def _finish(self, aid: str, state: WorkloadState, code: int | None) -> None:
+    def _finish(self, aid: str, state: WorkloadState, code: int | None, reason: str = "") -> None:
         h = self._handles[aid]
-        reason = ""
-        if h.cgroup is not None and h.cgroup.oom_killed():
+        if not reason and h.cgroup is not None and h.cgroup.oom_killed():
             reason = f"killed by the kernel: over its memory limit of {h.memory_mib} MiB"
         elif h.container is not None and code is not None and code in h.container.failures:
             reason = f"{h.container.failures[code]} (exit {code}): {_last_line(h.stderr_path)}"
@@ -314,11 +323,31 @@ class WorkloadRuntime:
         confine: Confinement | None = None,
         files: Mapping[str, str] | None = None,
     ) -> WorkloadHandle:
+        """``start``, then wait for the launcher's answer: raises OSError when the workload could not be
+        started (the launcher's reason; the assignment is then EXITED 127 with it)."""
+        h = self.start(assignment_id, argv, env, cwd, confine, files)
+        if assignment_id in self._starting:
+            self._collect(assignment_id, wait=True)
+        failure = self._failures.pop(assignment_id, None)
+        if failure is not None:
+            raise failure
+        return h
+
+    def start(
+        self,
+        assignment_id: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str | Path | None = None,
+        confine: Confinement | None = None,
+        files: Mapping[str, str] | None = None,
+    ) -> WorkloadHandle:
         """Start ``argv`` with exactly ``env`` (the caller adds PATH and the rest), held as ``confine`` says,
         in ``cwd`` (default: its own working directory when ``confine`` gives one), with ``files`` (name ->
-        text, readable by the workload only) written first into its working directory (else its state directory). A known id starts nothing.
-        Raises OSError when the workload could not be started (the launcher's reason), InputError for an
-        unsafe id or an empty argv."""
+        text, readable by the workload only) written first into its working directory (else its state
+        directory); return once its launcher has the launch, without waiting for the exec (``poll`` says how
+        it went). A known id starts nothing. Raises OSError when no launcher took the launch, InputError for
+        an unsafe id or an empty argv."""
         d = self._dir(assignment_id)
         known = self._handles.get(assignment_id)
         if known is not None:
@@ -334,7 +363,7 @@ class WorkloadRuntime:
                 self._write_files(workdir or d, files, confine)
             if self.cgroups is not None and confine.limits is not None:
                 cgroup = self.cgroups.create(assignment_id, confine.limits)
-            child = self._spawn(d, argv, env, cwd or workdir, confine, cgroup)
+            pending = self._spawn(d, argv, env, cwd or workdir, confine, cgroup)
         except BaseException:
             if cgroup is not None:
                 cgroup.kill(_KILL_WAIT_S)
@@ -343,6 +372,7 @@ class WorkloadRuntime:
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
             raise
+        child = pending.child
         stat = process_start_ticks(child.pid)
         mem = confine.limits.memory_mib if confine.limits is not None else 0
         h = WorkloadHandle(
@@ -369,7 +399,8 @@ class WorkloadRuntime:
         _write_json(d / "launch.json", record)
         self._children[assignment_id] = child
         self._handles[assignment_id] = h
-        self._status[assignment_id] = WorkloadStatus(assignment_id, WorkloadState.RUNNING)
+        self._status[assignment_id] = WorkloadStatus(assignment_id, WorkloadState.STARTING)
+        self._starting[assignment_id] = pending
         return h
 
     def _spawn(
@@ -380,8 +411,8 @@ class WorkloadRuntime:
         cwd: str | Path | None,
         confine: Confinement,
         cgroup: JobCgroup | None,
-    ) -> subprocess.Popen[bytes]:
-        """Fork the launcher, hand it the launch over a socket, and wait until it has exec'd (or says why not)."""
+    ) -> Pending:
+        """Hand the launch to a launcher, with the rank's log files; its answer comes later."""
         as_root = confine.container is not None and confine.container.runtime_as_root
         run_as = None if as_root else confine.run_as
         spec = {
@@ -395,38 +426,37 @@ class WorkloadRuntime:
             "umask": confine.umask,
             "no_new_privs": confine.no_new_privs and not as_root,
         }
-        launcher = [self.python, "-I", "-S", "-X", "utf8", str(LAUNCHER)]
-        ours, theirs = socket.socketpair()
-        with ours, (d / "stdout.log").open("ab") as out, (d / "stderr.log").open("ab") as err:
-            try:
-                child = subprocess.Popen(  # an argv list and no shell; the tenant's env never reaches it
-                    [*(cgroup.wrap(launcher) if cgroup else launcher), str(theirs.fileno())],
-                    env={},
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    start_new_session=True,
-                    close_fds=True,
-                    pass_fds=(theirs.fileno(),),
-                )
-            finally:
-                theirs.close()
-            ours.settimeout(LAUNCH_TIMEOUT_S)
-            try:
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it died: its reply says why
-                    ours.sendall(json.dumps(spec).encode())
-                    ours.shutdown(socket.SHUT_WR)
-                reply = b"".join(iter(lambda: ours.recv(1 << 16), b""))
-            except TimeoutError:
-                child.kill()
-                child.wait()
-                raise OSError(errno.ETIMEDOUT, f"the launcher did not exec within {LAUNCH_TIMEOUT_S:g} s") from None
-        if reply:
-            child.wait()
-            why = json.loads(reply)
-            step = _STEPS.get(why.get("step", ""), "")
-            raise OSError(why.get("errno", 0), f"{step}: {why['message']}" if step else why["message"])
-        return child
+        with (d / "stdout.log").open("ab") as out, (d / "stderr.log").open("ab") as err:
+            return self.launchers.hand_over(spec, argv[0], (out.fileno(), err.fileno()), cgroup)
+
+    def _collect(self, aid: str, wait: bool) -> bool:
+        """Read a STARTING assignment's launcher's answer; True once settled (RUNNING, or EXITED 127 with the
+        launcher's reason)."""
+        pending = self._starting[aid]
+        if not pending.collect(wait):
+            return False
+        del self._starting[aid]
+        if pending.failure is None:
+            self._status[aid] = WorkloadStatus(aid, WorkloadState.RUNNING)
+            return True
+        self._failures[aid] = pending.failure
+        why = start_failure([pending.program], str(pending.failure.strerror or pending.failure))
+        self._finish(aid, WorkloadState.EXITED, 127, why)
+        return True
+
+    @property
+    def starting(self) -> tuple[str, ...]:
+        """The assignments whose launcher has not answered yet (as of the last ``poll``)."""
+        return tuple(self._starting)
+
+    @property
+    def spare_pid(self) -> int | None:
+        """The launcher started in advance for the next launch, if one waits."""
+        return self.launchers.spare_pid
+
+    def close(self) -> None:
+        """Let the spare launcher go."""
+        self.launchers.close()
 
     def handle(self, assignment_id: str) -> WorkloadHandle | None:
         return self._handles.get(assignment_id)
@@ -435,6 +465,9 @@ class WorkloadRuntime:
         st = self._status.get(aid)
         if st is None:
             raise InputError(f"no assignment {aid!r} in {self.state_dir}", source=aid)
+        if aid in self._starting and not self._collect(aid, wait=False):
+            return st  # STARTING: its launcher has not answered yet
+        st = self._status[aid]
         if st.state is not WorkloadState.RUNNING:
             if aid not in self._cleaned:
                 self._cleanup(aid)
@@ -470,6 +503,8 @@ class WorkloadRuntime:
         return False
 
     def _any_alive(self, aid: str) -> bool:
+        if aid in self._starting:
+            return True  # its launcher, ours, perhaps not yet in its cgroup
         h = self._handles[aid]
         return bool(h.cgroup.pids()) if h.cgroup is not None else self._group_alive(h.pid)
 
@@ -512,7 +547,10 @@ class WorkloadRuntime:
         h = self._handles[assignment_id]
         if sig in (signal.SIGTERM, signal.SIGKILL):
             self._stopping.add(assignment_id)
-        if h.cgroup is not None and sig is signal.SIGKILL:
+        if assignment_id in self._starting:
+            with contextlib.suppress(ProcessLookupError):  # the launcher alone, in the group it leads
+                os.killpg(h.pid, sig)
+        elif h.cgroup is not None and sig is signal.SIGKILL:
             h.cgroup.kill(_KILL_WAIT_S)
             self._teardown(assignment_id)  # a container outside the cgroup: its runtime's conmon holds it
         elif h.cgroup is not None and sig is signal.SIGTERM:

@@ -223,3 +223,55 @@ def test_a_corrupt_launch_record_is_a_parse_error_naming_the_file(tmp_path: Path
     with pytest.raises(ParseError) as e:
         WorkloadRuntime(tmp_path)
     assert e.value.source == str(tmp_path / "bad" / "launch.json")
+
+
+def gated_python(tmp_path: Path) -> tuple[str, Path]:
+    """A "python" for the runtime's launcher that waits for a file to exist before it starts: a launcher held
+    between fork and exec for as long as the test likes."""
+    gate = tmp_path / "gate"
+    script = tmp_path / "gated-python"
+    script.write_text(f'#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.01; done\nexec {PY} "$@"\n')
+    script.chmod(0o755)
+    return str(script), gate
+
+
+def test_start_returns_before_the_exec_and_poll_collects_the_launchers_answer(tmp_path: Path) -> None:
+    python, gate = gated_python(tmp_path)
+    rt = WorkloadRuntime(tmp_path / "state", python=python)
+    h = rt.start("ok", [PY, "-c", "print('ran', flush=True)"], BASE)
+    rt.start("nope", ["/no/such/program"], BASE)
+    # Both launchers are held before their exec, and start() came back: neither is running nor refused yet.
+    assert {a: s.state for a, s in rt.poll().items()} == {"ok": WorkloadState.STARTING, "nope": WorkloadState.STARTING}
+    gate.touch()
+    until(lambda: rt.poll()["nope"].state is WorkloadState.EXITED)
+    refused = rt.poll()["nope"]
+    assert (refused.exit_code, refused.reason) == (127, "cannot start '/no/such/program': No such file or directory")
+    until(lambda: rt.poll()["ok"].state is WorkloadState.EXITED)
+    assert rt.poll()["ok"].exit_code == 0 and h.stdout_path.read_text() == "ran\n"
+
+
+def test_a_stop_while_the_launcher_has_not_exec_d_ends_it(tmp_path: Path) -> None:
+    python, _gate = gated_python(tmp_path)
+    rt = WorkloadRuntime(tmp_path / "state", python=python)
+    rt.start("held", [PY, "-c", "print('ran')"], BASE)
+    assert rt.poll()["held"].state is WorkloadState.STARTING
+    st = rt.stop("held", grace_s=2.0)
+    assert (st.state, st.exit_code) == (WorkloadState.EXITED, -signal.SIGTERM)
+    assert rt.handle("held") is not None and rt.handle("held").stdout_path.read_text() == ""  # type: ignore[union-attr]
+
+
+def test_a_warm_launcher_waits_for_the_next_launch_and_goes_when_closed(tmp_path: Path) -> None:
+    rt = WorkloadRuntime(tmp_path / "state", warm_launcher=True)
+    first = rt.launch("a", [PY, "-c", "pass"], BASE)
+    spare = rt.spare_pid
+    assert spare is not None and spare != first.pid and process_start_ticks(spare) is not None
+    # The next launch is the launcher started before it was asked for: no Python start-up on its path.
+    second = rt.launch("b", [PY, "-c", "print('b', flush=True)"], BASE)
+    assert second.pid == spare and rt.spare_pid not in (None, spare)
+    until(lambda: rt.poll()["b"].state is WorkloadState.EXITED)
+    assert rt.poll()["b"].exit_code == 0 and second.stdout_path.read_text() == "b\n"
+    last = rt.spare_pid
+    assert last is not None
+    rt.close()  # its socket closes unused: it exits 0 and leaves nothing behind
+    assert rt.spare_pid is None
+    until(lambda: (s := process_start_ticks(last)) is None or s[1] == "Z")
