@@ -1,6 +1,6 @@
 """What a heartbeat needs about its host, kept in memory: node records, assignments and verified node tokens.
 
-Without it every beat costs three read transactions and a PBKDF2 check. Node records and assignments are
+Without it every beat costs three read transactions and a token check. Node records and assignments are
 read for every host at once (two queries) and kept until this process changes something (the loop places,
 preempts, requeues or loses a node; a route cancels; the gateway moves a job: each calls ``invalidate``) or
 until ``ttl_s`` passes, which bounds how stale a replica that did not make the change can be (a standby
@@ -8,7 +8,7 @@ taking heartbeats sees the leader's placements within ``ttl_s``). A node token's
 ``token_ttl_s`` and dropped when the host registers here again; the token is 256-bit random, so remembering
 that it matched is as safe as checking it again. After ``token_ttl_s`` the check is renewed by reading the
 stored hash (one indexed read): unchanged means the same token is still the host's (a re-registration, even
-on another replica, writes a new hash), so PBKDF2 runs once per token, not once per beat or per TTL. The
+on another replica, writes a new hash), so the token is hashed once per token, not once per beat or per TTL. The
 snapshot also holds every host's hash, so while it is current that renewal costs no read at all.
 
 ``watch`` lets the commands push (``push``) follow it: each invalidation is reported, and each reload names
@@ -129,7 +129,7 @@ class HostCache:
     def token_check(self, host: str, token: str) -> tuple[bool, str | None]:
         """``(fresh, hash)``: fresh when ``token`` was verified for ``host`` within ``token_ttl_s`` (and the host
         did not register again here since); else the stored hash it was last verified against, if any, so the
-        caller may renew the check with a cheap read of the current hash instead of PBKDF2."""
+        caller may renew the check with a cheap read of the current hash instead of hashing the token again."""
         digest = hashlib.sha256(token.encode()).digest()
         with self._lock:
             hit = self._tokens.get(host)
