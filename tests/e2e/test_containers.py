@@ -14,64 +14,36 @@ busybox, imported with ``podman import`` once per test session (its tarball unde
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from container_support import SANDBOX_CONF, busybox_image, podman
 from e2e_cluster import HOSTS, Cluster, all_up
 from gpupool.agent.containers import LABEL, NAME_PREFIX
 from gpupool.fabric.export.nccl import nccl_ib_hca
 from procs import until
 
 AGENTS = HOSTS[:2]  # two 8-GPU nodes: a 2x8 gang spans both
-BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static
-APPLETS = ("sh", "env", "id", "pwd", "cat", "sleep", "echo", "true", "test")
-
-
-def _podman(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def _rootfs_tarball(root: Path) -> Path:
-    fs = root / "rootfs"
-    (fs / "bin").mkdir(parents=True)
-    (fs / "tmp").mkdir(mode=0o1777)
-    shutil.copy2(BUSYBOX, fs / "bin" / "busybox")
-    for applet in APPLETS:
-        (fs / "bin" / applet).symlink_to("busybox")
-    tar = root / "busybox-rootfs.tar"
-    subprocess.run(["tar", "-C", str(fs), "-cf", str(tar), "."], check=True)
-    return tar
 
 
 @pytest.fixture(scope="session")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A busybox image in Podman's store, or a skip saying exactly what fails."""
-    if shutil.which("podman") is None or not BUSYBOX.is_file():
-        pytest.skip("needs podman and busybox-static (apt-get install podman runc busybox-static)")
     root = tmp_path_factory.mktemp("image")
-    # The sandboxes these tests run in refuse setrlimit on a container's init (Podman's default ulimits),
-    # as scripts/smoke-images says; a real node keeps its containers.conf. The agents inherit this.
     conf = root / "containers.conf"
-    conf.write_text("[containers]\ndefault_ulimits = []\n")
+    conf.write_text(SANDBOX_CONF)
     name = f"localhost/gpupool-test-busybox:{os.getpid()}"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CONTAINERS_CONF", str(conf))
-        made = _podman("import", str(_rootfs_tarball(root)), name)
-        if made.returncode != 0:
-            pytest.skip(f"podman import cannot make an image here: {made.stderr.strip().splitlines()[-1:]}")
-        ran = _podman("run", "--rm", "--network", "host", name, "/bin/true")
-        if ran.returncode != 0:
-            _podman("rmi", "-f", name)
-            pytest.skip(f"podman cannot run a container here: {ran.stderr.strip().splitlines()[-1:]}")
+        mp.setenv("CONTAINERS_CONF", str(conf))  # the agents inherit it
+        failed = busybox_image(root, name)
+        if failed:
+            pytest.skip(failed)
         try:
             yield name
         finally:
-            _podman("rmi", "-f", name)
+            podman("rmi", "-f", name)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +77,7 @@ def outputs(c: Cluster, job: str) -> dict[str, tuple[str, str]]:
 
 
 def containers_of(job: str) -> list[str]:
-    ps = _podman("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}")
+    ps = podman("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}")
     assert ps.returncode == 0, ps.stderr
     return [n for n in ps.stdout.split() if n.startswith(f"{NAME_PREFIX}{job}.")]
 
