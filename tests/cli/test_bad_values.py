@@ -277,6 +277,17 @@ DRAWN: list[tuple[str, str, tuple[str, ...]]] = [
     ("sim run --trace {trace} --format itp --gpus 16 --gpus-per-host {bad} --out out", "count", ("--gpus-per-host",)),
     ("sim run --trace {trace} --format itp --gpus 16 --limit {bad} --out out", "positive", ("--limit",)),
     ("sim run --trace {trace} --format itp --gpus 16 --max-lost-s {bad} --out out", "seconds", ("--max-lost-s",)),
+    (
+        "sim run --trace {trace} --format itp --gpus 16 --launch-latency {bad} --out out",
+        "seconds",
+        ("--launch-latency",),
+    ),
+    (
+        "sim compare --trace {trace} --format itp --gpus 16 --policies fifo --placements topology --exit-latency {bad}"
+        " --out out",
+        "seconds",
+        ("--exit-latency",),
+    ),
     ("sim pack --nodes {trace} --pods {trace} --placement frag --tune {bad}", "seconds", ("--tune",)),
     ("demo --duration {bad}", "seconds", ("--duration",)),
     ("demo --hosts {bad}", "count", ("--hosts",)),

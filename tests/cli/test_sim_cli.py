@@ -11,6 +11,7 @@ import pytest
 
 from gpupool.cli.sim import _settings
 from gpupool.domain.errors import InputError
+from gpupool.sim.world import EXIT_LATENCY_S, LAUNCH_LATENCY_S
 
 
 def gpupool(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -42,6 +43,25 @@ def test_run_writes_every_output(tmp_path: Path) -> None:
     assert m["lb_avg_jct_s"] <= m["avg_jct_s"]
     header = (out / "jobs.csv").read_text().splitlines()[0]
     assert header.startswith("id,submit,start,end,gpus,hosts,leaves,preemptions")
+
+
+def test_the_world_s_latencies_are_options_and_every_world_setting_is_reported(tmp_path: Path) -> None:
+    trace = itp(tmp_path)
+    r = gpupool("sim", "run", "--trace", trace, "--format", "itp", "--gpus", "16", "--out", "default", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    world = json.loads((tmp_path / "default" / "metrics.json").read_text())["world"]
+    assert (world["launch_latency_s"], world["exit_latency_s"]) == (LAUNCH_LATENCY_S, EXIT_LATENCY_S)
+    assert {"restart_overhead_s", "checkpoint_interval_s", "failures.repair_s", "runtime.nic_gbs",
+            "runtime.comm_share.training", "telemetry_interval_s", "min_cycle_interval_s"} <= set(world)  # fmt: skip
+    r = gpupool("sim", "run", "--trace", trace, "--format", "itp", "--gpus", "16", "--launch-latency", "30",
+                "--exit-latency", "5", "--out", "slow", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    report = (tmp_path / "slow" / "report.md").read_text()
+    assert "- world.launch_latency_s: 30.0" in report and "- world.exit_latency_s: 5.0" in report
+    assert "- world.runtime.comm_share.training: 0.1" in report
+    rows = (tmp_path / "slow" / "jobs.csv").read_text().splitlines()[1:]
+    waits = [float(r.split(",")[2]) - float(r.split(",")[1]) for r in rows]
+    assert min(waits) == pytest.approx(30.0)  # no job starts sooner than the launch latency after its arrival
 
 
 def test_bad_rows_fail_with_file_and_line_or_are_skipped(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,6 +29,7 @@ from gpupool.sim.report import write_allocation_plot
 from gpupool.sim.runner import RunOutcome, cluster_fabric, compare_rows, simulate, write_outcome
 from gpupool.sim.traces import load_trace
 from gpupool.sim.traces.openb import load_openb
+from gpupool.sim.world import EXIT_LATENCY_S, LAUNCH_LATENCY_S, WorldConfig
 
 FORMATS = ("itp", "elasticflow", "philly", "chronus", "openb", "dlrm", "synthetic", "tiresias")
 LONG_RUN_JOBS = 5000  # show a progress bar from this many jobs on
@@ -106,6 +108,37 @@ DeadlineOpt = Annotated[
         show_default=False,
     ),
 ]
+LaunchLatencyOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--launch-latency",
+        min=0.0,
+        max=86400.0,
+        help=f"Seconds from placement to the job's processes running (default {LAUNCH_LATENCY_S:g}: what the server "
+        "measures, benchmarks/launch_latency.py); add a container's pull or a framework's start-up here.",
+    ),
+]
+ExitLatencyOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--exit-latency",
+        min=0.0,
+        max=86400.0,
+        help=f"Seconds a finished job holds its GPUs after its work is done (default {EXIT_LATENCY_S:g}: measured).",
+    ),
+]
+
+
+def _world(launch_latency: float | None, exit_latency: float | None) -> WorldConfig:
+    world = WorldConfig()
+    for flag, value in (("--launch-latency", launch_latency), ("--exit-latency", exit_latency)):
+        if value is not None and not math.isfinite(value):
+            raise InputError(f"must be a number of seconds, not {value}", source=flag)
+    if launch_latency is not None:
+        world = dataclasses.replace(world, launch_latency_s=launch_latency)
+    if exit_latency is not None:
+        world = dataclasses.replace(world, exit_latency_s=exit_latency)
+    return world
 
 
 # Flags that override a setting of the scheduler section, and the setting each one sets.
@@ -187,6 +220,7 @@ def _simulate(
     calendar: Calendar | None,
     know: bool,
     failures: tuple[FailureEvent, ...] = (),
+    world: WorldConfig | None = None,
 ) -> RunOutcome:
     def run(progress: Callable[[int, int], None] | None = None) -> RunOutcome:
         return simulate(
@@ -194,6 +228,7 @@ def _simulate(
             fabric,
             settings,
             seed=settings.seed,
+            world=world,
             know_durations=know,
             preemptible=preemptible,
             calendar=calendar,
@@ -257,17 +292,20 @@ def run_cmd(
     preemption_by_service: ByServiceOpt = None,
     max_lost_s: MaxLostOpt = None,
     las_thresholds: ThresholdsOpt = None,
+    launch_latency: LaunchLatencyOpt = None,
+    exit_latency: ExitLatencyOpt = None,
 ) -> None:
     """Replay a trace: arrivals, runs, departures; writes metrics.json, jobs.csv, report.md and plots."""
     flags = {"policy": policy, "placer": placement, "preemption": preemption, "seed": seed, "backfill": backfill,
              "deadline_admission": deadline_admission, "preemption_by_service": preemption_by_service,
              "max_lost_s": max_lost_s, "las_thresholds_gpu_s": las_thresholds}  # fmt: skip
     settings = _settings(config, flags)
+    world = _world(launch_latency, exit_latency)
     cal = _calendar(calendar)
     preemptible = _preemptible(preemption, preemption_by_service)
     t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
     fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
-    outcome = _simulate(t, fab, settings, preemptible, cal, know_durations, _failures(failures, fab))
+    outcome = _simulate(t, fab, settings, preemptible, cal, know_durations, _failures(failures, fab), world)
     described = {"trace": str(trace), "format": format, "fabric": fab.name, "gpus": fab.gpu_count,
                  "config": str(config or ""), "calendar": str(calendar or ""), "know_durations": know_durations,
                  "preemptible_jobs": preemptible, **_described(settings)}  # fmt: skip
@@ -306,6 +344,8 @@ def compare_cmd(
     preemption_by_service: ByServiceOpt = None,
     max_lost_s: MaxLostOpt = None,
     las_thresholds: ThresholdsOpt = None,
+    launch_latency: LaunchLatencyOpt = None,
+    exit_latency: ExitLatencyOpt = None,
 ) -> None:
     """Run every policy x placement on one trace and cluster; one sub-folder per pair and compare.json."""
     pols = [p.strip() for p in policies.split(",") if p.strip()]
@@ -317,6 +357,7 @@ def compare_cmd(
              "preemption_by_service": preemption_by_service, "max_lost_s": max_lost_s,
              "las_thresholds_gpu_s": las_thresholds}  # fmt: skip
     runs = [_settings(config, {**flags, "policy": p, "placer": q}) for p in pols for q in places]
+    world = _world(launch_latency, exit_latency)
     cal = _calendar(calendar)
     preemptible = _preemptible(preemption, preemption_by_service)
     t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
@@ -325,7 +366,7 @@ def compare_cmd(
     outcomes = []
     for settings in runs:
         p, q = settings.policy, settings.placer
-        o = _simulate(t, fab, settings, preemptible, cal, know_durations, fails)
+        o = _simulate(t, fab, settings, preemptible, cal, know_durations, fails, world)
         described = {"trace": str(trace), "format": format, "fabric": fab.name, "config": str(config or ""),
                      "preemptible_jobs": preemptible, **_described(settings)}  # fmt: skip
         write_outcome(o, out / f"{p}-{q}", described)

@@ -212,7 +212,8 @@ class Engine:
             tr.run_start = t
             if tr.first_start is None:
                 tr.first_start = t
-            self.push(t + tr.remaining_s * tr.factor, _FINISH, key, epoch)
+            # The job's work, then the world's exit latency: until the server has stored its end, its GPUs stay held.
+            self.push(t + tr.remaining_s * tr.factor + self.world.exit_latency_s, _FINISH, key, epoch)
             limit = tr.job.spec.time_limit_s
             if limit is not None:  # cycles at its checkpoint signal and at its limit, as the server's loop runs
                 lead = tr.job.spec.signal_lead_s

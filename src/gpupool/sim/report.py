@@ -97,7 +97,7 @@ def write_report(
     lines = [f"# {title}", "", "## Settings", ""]
     lines += [f"- {k}: {v}" for k, v in settings.items()]
     lines += ["", "## Metrics", "", "| metric | value |", "|---|---|"]
-    lines += [f"| {k} | {json.dumps(v)} |" for k, v in metrics.items()]
+    lines += [f"| {k} | {json.dumps(v)} |" for k, v in metrics.items() if not isinstance(v, Mapping)]
     if metrics.get("avg_jct_s") is not None and metrics.get("lb_avg_jct_s"):
         lines += ["", f"Average JCT is {metrics['avg_jct_over_lb']}x the lower bound ({metrics['lb_avg_jct_s']} s)."]
     lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]

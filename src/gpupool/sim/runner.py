@@ -22,7 +22,7 @@ from gpupool.sim.metrics import compute_metrics
 from gpupool.sim.report import write_run
 from gpupool.sim.traces.records import Trace
 from gpupool.sim.traces.specs import to_job_spec
-from gpupool.sim.world import SimJob, WorldConfig
+from gpupool.sim.world import SimJob, WorldConfig, world_settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +118,15 @@ def simulate(
     metrics = compute_metrics(result, inference_slo_wait_s=world.inference_slo_wait_s)
     metrics["skipped_jobs_without_gpus"] = skipped
     metrics["bad_rows_skipped"] = len(trace.bad_rows)
+    metrics["world"] = world_settings(world)  # what the run assumed of the world, beside what it measured
     return RunOutcome(result, metrics, skipped)
 
 
 def write_outcome(outcome: RunOutcome, out: Path, settings: dict[str, Any]) -> None:
-    write_run(outcome.result, outcome.metrics, out, f"gpupool sim run: {settings.get('trace', '')}", settings)
+    """The run's folder; report.md's settings list the world's too (``world.launch_latency_s``, ...)."""
+    world = {f"world.{k}": v for k, v in outcome.metrics.get("world", {}).items()}
+    title = f"gpupool sim run: {settings.get('trace', '')}"
+    write_run(outcome.result, outcome.metrics, out, title, {**settings, **world})
 
 
 def compare_rows(outcomes: Sequence[tuple[str, str, RunOutcome]]) -> list[dict[str, Any]]:

@@ -1,14 +1,17 @@
 """The simulated world's settings and its job bookkeeping: what the engine needs beyond the cluster state.
 
-Defaults (stated in the report): launch latency 10 s (container start with a cached image); preemption costs
-a restart overhead of 60 s (process start, NCCL init, checkpoint load) plus the work done since the last
-checkpoint, taken every 1,800 s of running; failures are off unless a rate is given (rates per unit-hour);
-a failed part is repaired after 4 h; telemetry is off unless an interval is given.
+Defaults (every one is listed in report.md and metrics.json: ``world_settings``): the launch latency (placed
+-> process started) and the exit latency (the workload's exit -> its GPUs free) are what the real server
+does (``LAUNCH_LATENCY_S``, ``EXIT_LATENCY_S``); preemption costs a restart overhead of 60 s (process start,
+NCCL init, checkpoint load) plus the work done since the last checkpoint, taken every 1,800 s of running;
+failures are off unless a rate is given (rates per unit-hour); a failed part is repaired after 4 h;
+telemetry is off unless an interval is given.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
 
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
 from gpupool.sim.runtime import RuntimeModel
@@ -27,9 +30,20 @@ class FailureRates:
         return self.gpu_xid_per_gpu_hour > 0 or self.link_down_per_leaf_hour > 0 or self.host_loss_per_host_hour > 0
 
 
+# What the real server and agents take, measured by benchmarks/launch_latency.py (a real server, 16 emulated
+# agents, 200 jobs; docs/benchmarks.md, "Launch latency (issue 13)"): the median of placed -> the workload's
+# first instruction (0.35-0.43 s at load 29-37 on the 2-core build box, 0.16 s at load 21), and of the last
+# rank's exit -> the job stored finished, its GPUs free for the next cycle (0.56-0.58 s at load 29-32).
+# A workload's own start-up beyond a Python interpreter's (a container pull, NCCL init) is not in them:
+# ``--launch-latency`` adds it.
+LAUNCH_LATENCY_S = 0.4
+EXIT_LATENCY_S = 0.57
+
+
 @dataclass(frozen=True, slots=True)
 class WorldConfig:
-    launch_latency_s: float = 10.0
+    launch_latency_s: float = LAUNCH_LATENCY_S
+    exit_latency_s: float = EXIT_LATENCY_S  # a finished job holds its GPUs this long after its work is done
     restart_overhead_s: float = 60.0
     checkpoint_interval_s: float = 1800.0  # <= 0: every moment is checkpointed (no work lost)
     failures: FailureRates = FailureRates()
@@ -37,6 +51,23 @@ class WorldConfig:
     min_cycle_interval_s: float = 0.0  # > 0: at most one scheduling cycle per this many simulated seconds
     runtime: RuntimeModel = field(default_factory=RuntimeModel)
     inference_slo_wait_s: float = 60.0  # an inference service meets its SLO if it starts within this of arrival
+
+
+def world_settings(world: WorldConfig) -> dict[str, object]:
+    """Every setting of the simulated world, flat (``failures.repair_s``, ``runtime.comm_share.training``)."""
+    out: dict[str, object] = {}
+    for f in fields(world):
+        value = getattr(world, f.name)
+        if not is_dataclass(value):
+            out[f.name] = value
+            continue
+        for g in fields(value):
+            inner = getattr(value, g.name)
+            if isinstance(inner, Mapping):
+                out.update((f"{f.name}.{g.name}.{k}", v) for k, v in sorted(inner.items()))
+            else:
+                out[f"{f.name}.{g.name}"] = inner
+    return out
 
 
 @dataclass(frozen=True, slots=True)

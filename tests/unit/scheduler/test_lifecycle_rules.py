@@ -114,7 +114,10 @@ def test_the_simulator_honours_caps_dependencies_and_time_limits() -> None:
     broken = SimJob(make_job("broken", gpus=8, t=1.0, after=dep(DependencyKind.AFTERNOTOK, "a.0")), 10.0)
     limited = SimJob(make_job("long", gpus=8, time_limit_s=50.0), 1000.0)
     res = Engine(
-        fab, [*array, after, broken, limited], SchedulerSettings(policy="fifo"), WorldConfig(launch_latency_s=0.0)
+        fab,
+        [*array, after, broken, limited],
+        SchedulerSettings(policy="fifo"),
+        WorldConfig(launch_latency_s=0.0, exit_latency_s=0.0),
     ).run()
     rec = {r.job_id: r for r in res.records}
     runs = sorted((rec[j.spec.job_id].start_s or 0.0, rec[j.spec.job_id].end_s or 0.0) for j in array)

@@ -44,7 +44,7 @@ def test_bounds_never_exceed_a_simulated_schedule(seed: int) -> None:
         for i in range(80)
     )
     out = simulate(Trace("t", "test", jobs), uniform_fabric(32, 8), SchedulerSettings(policy="fifo", placer="topology"),
-                   world=WorldConfig(launch_latency_s=0.0))  # fmt: skip
+                   world=WorldConfig(launch_latency_s=0.0, exit_latency_s=0.0))  # fmt: skip
     m = out.metrics
     assert m["finished"] == 80
     assert m["lb_avg_jct_s"] <= m["avg_jct_s"] + 1e-6

@@ -17,7 +17,7 @@ from gpupool.sim.runner import sim_jobs, simulate
 from gpupool.sim.traces import synthetic_trace
 from gpupool.sim.traces.records import Trace, TraceJob
 from gpupool.sim.traces.specs import task_split
-from gpupool.sim.world import FailureRates, SimJob, WorldConfig
+from gpupool.sim.world import EXIT_LATENCY_S, LAUNCH_LATENCY_S, FailureRates, SimJob, WorldConfig
 
 
 def jobs(*rows: tuple[str, float, float, int]) -> list[SimJob]:
@@ -37,25 +37,33 @@ def small_trace(n: int = 60, seed: int = 3) -> Trace:
     return Trace("small", "test", tuple(out))
 
 
-def test_jobs_run_after_launch_latency_and_end_after_their_duration() -> None:
+def test_jobs_run_after_launch_latency_and_hold_their_gpus_for_the_exit_latency() -> None:
     fab = uniform_fabric(16, 8)
     res = Engine(
         fab,
         jobs(("a", 0.0, 100.0, 8), ("b", 0.0, 50.0, 8), ("c", 5.0, 10.0, 8)),
         SchedulerSettings(policy="fifo", placer="topology"),
+        WorldConfig(launch_latency_s=10.0, exit_latency_s=2.0),
     ).run()
     r = {x.job_id: x for x in res.records}
-    assert (r["a"].start_s, r["a"].end_s) == (10.0, 110.0)
-    assert (r["b"].start_s, r["b"].end_s) == (10.0, 60.0)
-    assert r["c"].start_s == 70.0  # waits for b's GPUs, then its own launch latency
-    assert r["c"].end_s == 80.0
+    assert (r["a"].start_s, r["a"].end_s) == (10.0, 112.0)
+    assert (r["b"].start_s, r["b"].end_s) == (10.0, 62.0)
+    assert r["c"].start_s == 72.0  # waits for b's GPUs (free once b's exit is through), then its own launch
+    assert r["c"].end_s == 84.0
     assert max(u for _, u in res.usage) <= 16
     assert res.usage[-1][1] == 0
 
 
+def test_the_default_world_charges_what_the_live_benchmark_measured() -> None:
+    res = Engine(uniform_fabric(8, 8), jobs(("a", 0.0, 100.0, 8)), SchedulerSettings(policy="fifo")).run()
+    (a,) = res.records
+    assert (a.start_s, a.end_s) == (LAUNCH_LATENCY_S, LAUNCH_LATENCY_S + 100.0 + EXIT_LATENCY_S)
+    assert 0 < LAUNCH_LATENCY_S < 1 and 0 < EXIT_LATENCY_S < 1  # the server pushes launches (issue 13)
+
+
 def test_a_job_across_an_oversubscribed_spine_runs_slower() -> None:
     fab = leaf_spine(2, 1, 2, 8, oversubscription=2.0)  # 2 hosts and 1 uplink per leaf
-    world = WorldConfig(launch_latency_s=0.0)
+    world = WorldConfig(launch_latency_s=0.0, exit_latency_s=0.0)
     res = Engine(fab, jobs(("big", 0.0, 1000.0, 24)), SchedulerSettings(policy="fifo", placer="topology"), world).run()
     (rec,) = res.records
     assert rec.leaves == 2 and rec.hosts == 3
@@ -132,7 +140,9 @@ def test_a_job_that_can_never_fit_stops_the_run_instead_of_looping() -> None:
 # A fixed-seed run on a small synthetic trace (inference, training, deadline batch) with host losses: its metrics,
 # without the wall-clock ones, hash to this digest. A change here means the simulated outcome changed: either a
 # deliberate change of the scheduler or the world model (update the digest and say so) or a regression.
-DIGEST = "d8c46c99fab31c372db53f91280e906947959b180d81f409c10dccb73203bcbb"
+# Regenerated for issue 13: the default world now charges the measured launch (0.4 s, was 10 s) and exit (0.57 s)
+# latencies, and metrics.json lists the world's settings.
+DIGEST = "eefa8695f739ebfa2975b89b787fa17197f94d849556bdd9090d1f46af84a387"
 
 
 def test_fixed_seed_run_reproduces_the_stored_metrics_digest() -> None:

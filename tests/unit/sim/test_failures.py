@@ -13,7 +13,9 @@ from gpupool.sim.failures import FailureEvent, FailureKind, parse_failures
 from gpupool.sim.world import FailureRates, SimJob, WorldConfig
 
 FAB = uniform_fabric(16, 8)
-WORLD = WorldConfig(launch_latency_s=0.0, checkpoint_interval_s=0.0, failures=FailureRates(repair_s=500.0))
+WORLD = WorldConfig(
+    launch_latency_s=0.0, exit_latency_s=0.0, checkpoint_interval_s=0.0, failures=FailureRates(repair_s=500.0)
+)
 
 
 def test_parse_sorts_by_time_and_skips_header_comments_and_blanks() -> None:

@@ -9,7 +9,7 @@ from gpupool.sim.engine import Engine
 from gpupool.sim.fabrics import uniform_fabric
 from gpupool.sim.world import SimJob, WorldConfig
 
-WORLD = WorldConfig(launch_latency_s=0.0, restart_overhead_s=60.0, checkpoint_interval_s=1000.0)
+WORLD = WorldConfig(launch_latency_s=0.0, exit_latency_s=0.0, restart_overhead_s=60.0, checkpoint_interval_s=1000.0)
 
 
 def test_by_service_and_max_lost_reach_the_preemption_config() -> None:

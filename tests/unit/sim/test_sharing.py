@@ -10,7 +10,7 @@ from gpupool.sim.engine import Engine
 from gpupool.sim.fabrics import uniform_fabric
 from gpupool.sim.world import SimJob, WorldConfig
 
-WORLD = WorldConfig(launch_latency_s=0.0, restart_overhead_s=60.0, checkpoint_interval_s=1000.0)
+WORLD = WorldConfig(launch_latency_s=0.0, exit_latency_s=0.0, restart_overhead_s=60.0, checkpoint_interval_s=1000.0)
 
 
 def job(i: str, submit: float, dur: float, gpus: int, *, prio: PriorityClass = PriorityClass.NORMAL, pool: str = "default",
@@ -54,7 +54,7 @@ windows = [{ days = "mon-sun", start = "08:00", end = "20:00" }]
 
 def test_a_window_opening_signals_a_checkpoint_then_preempts_the_borrower_after_the_grace() -> None:
     cal = parse_calendar(CALENDAR, "cal.toml")
-    world = WorldConfig(launch_latency_s=0.0, restart_overhead_s=60.0, checkpoint_interval_s=5000.0)
+    world = WorldConfig(launch_latency_s=0.0, exit_latency_s=0.0, restart_overhead_s=60.0, checkpoint_interval_s=5000.0)
     # t=0 is 00:00 UTC: the host is training's until 08:00 (t=28,800), when inference takes it back.
     jobs = [job("train", 0.0, 40000.0, 8, pool="training")]
     ends = {}
