@@ -7,6 +7,8 @@ a login shell's soft limit of 1,024 open files, and what a legitimate client see
   the bytes the client got to send before the answer, the server's RSS growth over both;
 - ``flood``: a good client's p50/p99 alone and beside ``--flood-threads`` threads sending wrong tokens as fast
   as they are answered; the flood's answers by status;
+- ``logs``: 100 log requests at once for a node whose log server never answers: the answers by status and
+  the slowest, and a legitimate client's and that node's heartbeats' p50/p99 meanwhile;
 - the server's CPU seconds, the wall time and the 1-minute load average (the machine is shared).
 
     .venv/bin/python benchmarks/door.py                 # about a minute
@@ -26,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from door_probe import Flood, big_body, held_connections, p, raise_nofile, rss_mib, timed_requests
+from door_probe import Flood, big_body, held_connections, p, raise_nofile, rss_mib, silent_agent_logs, timed_requests
 from procs import ServerProc, until
 
 
@@ -83,6 +85,13 @@ def main() -> None:
                 "flood_answers": {str(k): v for k, v in sorted(counts.items())},
                 "flood_per_s": round(len(flood.statuses) / args.flood_s, 1),
             }
+            silent = silent_agent_logs(srv, token, 100)
+            logs = {
+                "answers": {str(k): v for k, v in sorted(Counter(c for c, _ in silent.answers).items())},
+                "slowest_s": round(max(s for _, s in silent.answers), 2),
+                "api": summary(silent.api),
+                "heartbeats": summary(silent.beats),
+            }
             server_cpu = round(cpu_s(srv.proc.pid) - cpu0, 2)
         finally:
             srv.stop()
@@ -91,6 +100,7 @@ def main() -> None:
         "idle": idle,
         "body": body,
         "flood": flooded,
+        "logs": logs,
         "server_cpu_s": server_cpu,
         "wall_s": round(time.monotonic() - start, 1),
         "load_1m": os.getloadavg()[0],

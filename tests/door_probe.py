@@ -5,7 +5,9 @@ benchmarks/door.py, against a real ``gpupool server`` process (``procs.ServerPro
 - ``timed_requests``: legitimate requests, each on a new connection, and how long each took;
 - ``big_body``: a body of N bytes sent (Content-Length or chunked) to a route, the answer's status read as soon
   as the server gives one (it may answer before the body is sent);
-- ``flood``: threads sending requests with wrong tokens as fast as the server answers them.
+- ``flood``: threads sending requests with wrong tokens as fast as the server answers them;
+- ``silent_agent_logs``: log requests for a job on a node whose log server never answers, and what the API
+  and that node's heartbeats take meanwhile.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from procs import ServerProc, until
 
 
 def raise_nofile(wanted: int) -> int:
@@ -157,3 +161,52 @@ class Flood:
 def p(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class SilentRun:
+    answers: list[tuple[int, float]]  # (status, seconds) of each log request
+    api: list[float]  # seconds of legitimate API requests made meanwhile (new connections)
+    beats: list[float]  # seconds of the silent node's heartbeats meanwhile (inf: not a 200)
+
+
+def silent_agent_logs(srv: ServerProc, token: str, n: int) -> SilentRun:
+    """``n`` concurrent log requests for a job placed on a node whose log server accepts and never answers."""
+    with socket.socket() as hole:  # listens and never accepts: connections complete, requests go unanswered
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(512)
+        join = srv.admin("POST", "/v1/join-tokens", json={})["token"]
+        gpu = {"index": 0, "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559}
+        body = {"host": "silent01", "agent_url": f"http://127.0.0.1:{hole.getsockname()[1]}", "gpus": [gpu],
+                "cpu_millicores": 64_000, "memory_mib": 512_000}  # fmt: skip
+        url, headers = f"{srv.base}/v1/agents/register", {"Authorization": f"Bearer {join}"}
+        # A new token from an address that just failed many times waits for the address's bucket, as an agent
+        # would (its backoff): poll until it is let in.
+        r = until(lambda: (got := httpx.post(url, json=body, headers=headers)).status_code != 429 and got, 60, "let in")
+        assert r.status_code == 200, r.text
+        node = {"Authorization": f"Bearer {r.json()['node_token']}"}
+        auth = {"Authorization": f"Bearer {token}"}
+        job = httpx.post(f"{srv.base}/v1/jobs", json={"command": ["true"]}, headers=auth).json()["job"]["id"]
+        until(lambda: srv.admin("GET", f"/v1/jobs/{job}")["state"] == "placed", 30, "the job placed on it")
+        answers: list[tuple[int, float]] = []
+        # One client for all: a client each costs the test process more than the server's answer.
+        shared = httpx.Client(base_url=srv.base, timeout=30, limits=httpx.Limits(max_connections=n))
+
+        def fetch_logs() -> None:
+            start = time.monotonic()
+            code = shared.get(f"/v1/jobs/{job}/logs", headers=auth).status_code
+            answers.append((code, time.monotonic() - start))
+
+        threads = [threading.Thread(target=fetch_logs) for _ in range(n)]
+        for t in threads:
+            t.start()
+        api, beats = timed_requests(srv.base, token, 20), []
+        for _ in range(10):
+            start = time.monotonic()
+            beat = {"seq": 1, "at_s": time.time(), "workloads": []}
+            r = httpx.post(f"{srv.base}/v1/agents/silent01/heartbeat", json=beat, headers=node, timeout=10)
+            beats.append(time.monotonic() - start if r.status_code == 200 else float("inf"))
+        for t in threads:
+            t.join(30)
+        shared.close()
+    return SilentRun(answers, api, beats)

@@ -7,7 +7,6 @@ benchmarks/door.py).
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from door_probe import Flood, big_body, closed_by_server, held_connections, p, raise_nofile, rss_mib, timed_requests
+from door_probe import (
+    Flood,
+    big_body,
+    closed_by_server,
+    held_connections,
+    p,
+    raise_nofile,
+    rss_mib,
+    silent_agent_logs,
+    timed_requests,
+)
 from procs import ADMIN, ServerProc, until
 
 HEADER_TIMEOUT_S = 15.0
@@ -135,41 +144,10 @@ def test_a_wrong_token_flood_gets_429s_while_a_good_client_keeps_working(server:
 def test_log_requests_for_an_agent_that_never_answers_leave_the_api_and_heartbeats_alone(
     server: ServerProc, tenant: str
 ) -> None:
-    with socket.socket() as hole:  # listens and never accepts: connections complete, requests go unanswered
-        hole.bind(("127.0.0.1", 0))
-        hole.listen(512)
-        host = "silent01"
-        join = server.admin("POST", "/v1/join-tokens", json={})["token"]
-        body = {"host": host, "agent_url": f"http://127.0.0.1:{hole.getsockname()[1]}", "cpu_millicores": 64_000,
-                "memory_mib": 512_000, "gpus": [{"index": 0, "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559}]}  # fmt: skip
-        r = httpx.post(f"{server.base}/v1/agents/register", json=body, headers={"Authorization": f"Bearer {join}"})
-        assert r.status_code == 200, r.text
-        node = {"Authorization": f"Bearer {r.json()['node_token']}"}
-        auth = {"Authorization": f"Bearer {tenant}"}
-        job = httpx.post(f"{server.base}/v1/jobs", json={"command": ["true"]}, headers=auth).json()["job"]["id"]
-        until(lambda: server.admin("GET", f"/v1/jobs/{job}")["state"] == "placed", 30, "the job placed on it")
-        answers: list[tuple[int, float]] = []
-        shared = httpx.Client(base_url=server.base, timeout=30, limits=httpx.Limits(max_connections=100))
-
-        def fetch_logs() -> None:
-            start = time.monotonic()
-            code = shared.get(f"/v1/jobs/{job}/logs", headers=auth).status_code
-            answers.append((code, time.monotonic() - start))
-
-        threads = [threading.Thread(target=fetch_logs) for _ in range(100)]
-        for t in threads:
-            t.start()
-        beats, api = [], timed_requests(server.base, tenant, 20)
-        for _ in range(10):
-            start = time.monotonic()
-            beat = {"seq": 1, "at_s": time.time(), "workloads": []}
-            r = httpx.post(f"{server.base}/v1/agents/{host}/heartbeat", json=beat, headers=node, timeout=10)
-            beats.append(time.monotonic() - start if r.status_code == 200 else float("inf"))
-        for t in threads:
-            t.join(30)
-        shared.close()
+    run = silent_agent_logs(server, tenant, 100)
+    answers = run.answers
     assert len(answers) == 100 and {code for code, _ in answers} <= {502, 503}, answers
     # Each fetch gives up within log_fetch_timeout_s (5 s); the rest are refused at once (LOGS_BUSY).
     assert max(s for _, s in answers) < 5 + 3, sorted(s for _, s in answers)[-5:]
     assert sum(code == 503 for code, _ in answers) >= 90  # 16 slots, an agent at most 4 of them
-    assert p(api, 0.9) < 2.0 and p(beats, 0.9) < 2.0, (api, beats)  # before: 10.6 s, heartbeats timed out
+    assert p(run.api, 0.9) < 2.0 and p(run.beats, 0.9) < 2.0, run  # before: 10.6 s, heartbeats timed out
