@@ -9,6 +9,7 @@ busybox, imported with ``podman import`` once per test session (its tarball unde
 - A container's exit status is the rank's; one Podman cannot run (no such image) fails with Podman's reason.
 - A cancelled container job whose workload ignores SIGTERM leaves no container behind (``podman ps -a``).
 - A container past its time limit gets the checkpoint signal (SIGUSR1) inside, then stops as ``timeout``.
+- An agent killed (-9) and restarted reattaches to its running container and still removes it on cancel.
 """
 
 from __future__ import annotations
@@ -161,3 +162,23 @@ def test_a_container_past_its_limit_gets_the_checkpoint_signal_then_stops_as_tim
     until(lambda: c.job(job)["state"] == "timeout", 60, "the container job timed out")
     assert (out / "signal").read_text() == "usr1\n"  # Podman and the container's init passed SIGUSR1 on
     until(lambda: not containers_of(job), 30, "its container removed")
+
+
+def test_an_agent_killed_and_restarted_still_removes_its_running_container_on_cancel(
+    cluster: Cluster, image: str
+) -> None:
+    """Invariant: the launch record carries the container's removal: a new agent on the same state directory
+    reattaches to Podman (which outlived the old one) and removes the container when the job is cancelled."""
+    c = cluster
+    job = submit(c, "trap '' TERM; echo up; while true; do sleep 1; done", image)
+    until(lambda: containers_of(job) and c.job(job)["state"] == "running", 60, "it runs")
+    ((host, _),) = c.placements(job)[0]
+    c.agents[host].kill()  # kill -9: no stop of its workloads, no clean-up
+    c.agents[host].wait(10)
+    assert containers_of(job)  # Podman and the container live on without the agent
+    c.start_agent(host, extra=("--container-runtime", "podman"))
+    until(lambda: all_up(c, AGENTS), 60, "the agent back")
+    assert c.job(job)["state"] == "running"  # the new agent reports the rank it found still running
+    assert c.http.post(f"/v1/jobs/{job}/cancel").status_code == 200
+    until(lambda: c.job(job)["state"] == "cancelled", 30, "the container job cancelled")
+    until(lambda: not containers_of(job), 30, "the reattached agent removed its container")
