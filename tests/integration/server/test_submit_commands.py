@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from server_api_helpers import Api
+from server_api_helpers import Api, Clock, make_api
 
 JOB = {"command": ["sleep", "1"], "gpus_per_task": 1}
 
@@ -16,7 +18,6 @@ JOB = {"command": ["sleep", "1"], "gpus_per_task": 1}
         ({**JOB, "env": {"A=B": "1"}}, "env", "'A=B' is not a variable name"),
         ({**JOB, "env": {"A\x00": "1"}}, "env", "NUL"),
         ({**JOB, "env": {"A": "1\x00"}}, "env", "NUL"),  # loc: body.env.A
-        ({**JOB, "command": ["x", *(["a" * 100_000] * 11)]}, "env", "command and env take 1100013 bytes"),
     ],
 )
 def test_a_command_no_node_could_run_is_422_and_not_stored(
@@ -28,6 +29,34 @@ def test_a_command_no_node_could_run_is_422_and_not_stored(
     detail = r.json()["detail"]
     assert any(d["loc"][:2] == ["body", field] and why in d["msg"] for d in detail), r.text[:500]
     assert api.client.get("/v1/jobs", headers=alice).json()["jobs"] == []
+
+
+BIG = {**JOB, "command": ["x", *(["a" * 100_000] * 11)]}  # argv of 1,100,013 bytes, over MAX_COMMAND_BYTES (1 MiB)
+
+
+def test_a_command_over_the_execve_budget_is_refused_whichever_limit_comes_first(
+    api: Api, db_url: str, tmp_path: Path, clock: Clock
+) -> None:
+    """Its body is over max_body_bytes too (1 MiB by default): the door refuses it, 413, before it is parsed. A
+    server that takes larger bodies still refuses the command itself: 422 naming it. Nothing stored either way."""
+    alice = api.tenant("alice")
+    r = api.client.post("/v1/jobs", json=BIG, headers=alice)
+    assert r.status_code == 413 and r.json()["code"] == "BODY_TOO_LARGE", r.text[:500]
+    assert api.client.get("/v1/jobs", headers=alice).json()["jobs"] == []
+    (tmp_path / "wide").mkdir()
+    wide = make_api(db_url, tmp_path / "wide", clock, max_body_bytes=4 << 20)
+    roomy = next(wide)
+    try:
+        bob = roomy.tenant("bob")
+        r = roomy.client.post("/v1/jobs", json=BIG, headers=bob)
+        assert r.status_code == 422, r.text[:500]
+        assert any(
+            d["loc"][:2] == ["body", "env"] and "command and env take 1100013 bytes" in d["msg"]
+            for d in r.json()["detail"]
+        ), r.text[:500]
+        assert roomy.client.get("/v1/jobs", headers=bob).json()["jobs"] == []
+    finally:
+        wide.close()
 
 
 IMAGE = {**JOB, "image": "registry.local/train:1.2"}
