@@ -116,6 +116,7 @@ class EmulatedNode:
         self._link_up = [True for _ in self.hcas]
         self._xmit_wait_per_s = [0.0 for _ in self.hcas]
         self._faults_seen: tuple[int, int, int] | None = None  # (inode, mtime ns, size) of the faults applied
+        self._written: dict[str, str] = {}  # the sysfs files as this node last wrote them: only changes are rewritten
         self.root.mkdir(parents=True, exist_ok=True)
         self.kernel_log_path.touch()
         self.write()
@@ -403,7 +404,7 @@ class EmulatedNode:
 
     def write(self) -> None:
         """Bring every file up to date. The XML is replaced in one rename, so a reader never sees half of it."""
-        write_sysfs_infiniband(self.sysfs_root, (self._device(i, h) for i, h in enumerate(self.hcas)))
+        write_sysfs_infiniband(self.sysfs_root, (self._device(i, h) for i, h in enumerate(self.hcas)), self._written)
         tmp = self.smi_xml_path.with_suffix(".xml.tmp")
         tmp.write_text(self.smi_xml(), encoding="utf-8")
         os.replace(tmp, self.smi_xml_path)

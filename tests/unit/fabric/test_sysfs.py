@@ -88,6 +88,20 @@ def test_round_trip_writes_the_kernel_files(tmp_path: Path) -> None:
         assert (out / rel).read_bytes() == (TREE / rel).read_bytes().rstrip(b"\n") + b"\n", rel
 
 
+def test_a_tree_written_again_renames_only_the_files_whose_value_changed(tmp_path: Path) -> None:
+    devices = read_sysfs_infiniband(TREE)
+    written: dict[str, str] = {}
+    write_sysfs_infiniband(tmp_path, devices, written)
+    inodes = {p: p.stat().st_ino for p in tmp_path.rglob("*") if p.is_file()}
+    port = devices[0].ports[0]
+    counters = {**port.counters, "port_xmit_data": port.counters["port_xmit_data"] + 4096}
+    grown = dataclasses.replace(devices[0], ports=(dataclasses.replace(port, counters=counters),))
+    write_sysfs_infiniband(tmp_path, (grown, *devices[1:]), written)
+    renamed = {p for p, ino in inodes.items() if p.stat().st_ino != ino}  # a rename gives the path a new inode
+    assert renamed == {tmp_path / devices[0].name / "ports" / "1" / "counters" / "port_xmit_data"}
+    assert read_sysfs_infiniband(tmp_path) == (grown, *devices[1:])
+
+
 def test_round_trip_of_identity_lid_and_numa(tmp_path: Path) -> None:
     d = read_sysfs_infiniband(TREE)[0]
     port = dataclasses.replace(d.ports[0], lid=0x80, sm_lid=1)
