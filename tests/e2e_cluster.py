@@ -115,7 +115,7 @@ class Cluster:
         if i == 0:
             self.server = self.servers[0]
         if wait:
-            self._until_up(i, 30)
+            self._until_up(i)  # as long as the first start: a loaded box (load 30) took over 30 s
 
     def replica(self) -> tuple[subprocess.Popen[bytes], str]:
         """Another server process on this cluster's settings and another port (one database: pass

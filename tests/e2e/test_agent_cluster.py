@@ -10,8 +10,10 @@ Short heartbeats (0.2 s) and a short lost-timeout (3 s) keep it quick; every wai
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,12 +23,13 @@ import pytest
 from e2e_cluster import HOSTS, LOST_AFTER_S, Cluster, all_up, env_writer, ranks_of, ranks_when, start_gang
 from gpupool.fabric.export.nccl import nccl_ib_hca
 from gpupool.fabric.parsers.nvidia_smi import parse_query_xml
+from gpupool.store import Store
 from procs import until
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
+@contextlib.contextmanager
+def four_nodes(root: Path, **settings: str) -> Iterator[Cluster]:
+    c = Cluster(root, **settings)
     try:
         for h in HOSTS:
             c.start_agent(h)
@@ -34,6 +37,12 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with four_nodes(tmp_path) as c:
+        yield c
 
 
 def test_gang_starts_on_two_hosts_with_ranks_and_rail_hcas(cluster: Cluster) -> None:
@@ -98,6 +107,51 @@ def test_an_xid_planted_in_the_kernel_log_drains_that_gpu(cluster: Cluster) -> N
     until(lambda: all(ranks_when(c, j, 1) for j in running), 20, "the three running jobs wrote their env")
     placed = {r["host"] for j in jobs for r in ranks_of(c, j).values()}
     assert placed == set(HOSTS) - {host}
+
+
+def _store(c: Cluster) -> Store:
+    """The cluster's database, read beside the server (its audit says when a node was judged lost)."""
+    return Store(f"sqlite:///{c.root / 'data' / 'gpupool.db'}")
+
+
+def _lost(store: Store) -> dict[str, float]:
+    """Node -> when it was first judged lost (the server's clock)."""
+    out: dict[str, float] = {}
+    for e in store.list_audit(action="node.lost", limit=1000):
+        out.setdefault(e.subject.removeprefix("node/"), e.at_s)
+    return out
+
+
+def _beat_since(store: Store, t: float, hosts: set[str]) -> bool:
+    return all((n.last_heartbeat_s or 0.0) > t for n in store.list_nodes() if n.name in hosts)
+
+
+def test_a_server_paused_past_the_lost_timeout_declares_no_node_lost_and_a_paused_agent_is(tmp_path: Path) -> None:
+    """The lost-timeout runs on the server's own progress: paused (SIGSTOP) for twice the timeout, then
+    resumed, the server counts the pause against no node, though its loop may look before its intake has
+    taken the beats waiting in its socket; every node goes on beating and none is lost. An agent paused
+    then is: a lost-timeout after its last beat, and a period of the loop. The lease outlasts the pause, so
+    the loop keeps its term (a new term would give every node a full timeout of its own)."""
+    with four_nodes(tmp_path, GPUPOOL_LEASE_TTL_S="30") as c, _store(c) as store:
+        _pause_the_server(c, store)
+        c.agents["dgx002"].send_signal(signal.SIGSTOP)
+        stopped = time.time()
+        try:
+            lost_at = until(lambda: _lost(store).get("dgx002"), 30, "the paused agent's node lost")
+            assert LOST_AFTER_S - 0.5 < lost_at - stopped < LOST_AFTER_S + 1.0  # its last beat: up to 0.2 s before
+        finally:
+            c.agents["dgx002"].send_signal(signal.SIGCONT)
+
+
+def _pause_the_server(c: Cluster, store: Store) -> None:
+    c.server.send_signal(signal.SIGSTOP)
+    try:
+        threading.Event().wait(2 * LOST_AFTER_S)  # the fault itself: a pause of twice the lost-timeout
+    finally:
+        c.server.send_signal(signal.SIGCONT)
+    resumed = time.time()
+    until(lambda: _beat_since(store, resumed + LOST_AFTER_S, set(HOSTS)), 30, "every node beating after the pause")
+    assert _lost(store) == {}
 
 
 IGNORE_TERM = (

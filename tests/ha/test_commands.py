@@ -94,8 +94,11 @@ def test_a_signal_the_leader_stored_reaches_an_agent_of_the_other_replica_once(t
 
 def test_a_signal_stored_before_a_server_kill9_is_delivered_after_the_restart(tmp_path: Path) -> None:
     """No push (``command_wait_s`` 0), and the agent paused: the signal cannot leave the server before it is
-    killed; in the leader's memory it would be lost with it."""
-    c = Cluster(tmp_path, GPUPOOL_COMMAND_WAIT_S="0", **GRACE)
+    killed; in the leader's memory it would be lost with it. The agent stays paused until the test sees the
+    restarted server answer, which on a loaded box came more than 3 s (the cluster's lost-timeout) after the new
+    leader began judging nodes: it rightly judged the paused node lost and requeued the job, which this test is
+    not about, so its lost-timeout is 15 s."""
+    c = Cluster(tmp_path, GPUPOOL_COMMAND_WAIT_S="0", GPUPOOL_NODE_LOST_AFTER_S="15", **GRACE)
     url = f"sqlite:///{c.root / 'data' / 'gpupool.db'}"
     agent_paused = False
     try:

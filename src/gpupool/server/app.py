@@ -9,6 +9,7 @@ at its cap of pending jobs a 429; those three carry ``Retry-After``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
@@ -114,6 +115,18 @@ async def is_admin(srv: Server, authorization: str) -> bool | None:
     return who.admin
 
 
+def _beat(s: Server, host: str, body: proto.HeartbeatRequest, token: str, received_s: float) -> proto.HeartbeatReply:
+    s.gateway.check_node(host, token)
+    s.gateway.check_protocol(host, body)
+    return s.gateway.heartbeat(host, body, received_s)
+
+
+def _report(s: Server, host: str, body: proto.ReportRequest, token: str) -> None:
+    s.gateway.check_node(host, token)
+    s.gateway.check_protocol(host, body)
+    s.gateway.report(host, body.workloads)
+
+
 def create_app(
     settings: Settings,
     *,
@@ -125,12 +138,16 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # The intake's progress is watched while the loop runs: the loop judges nodes lost on it.
+        watch = asyncio.create_task(srv.beats.watch()) if run_loop else None
         if run_loop:
             srv.loop.start()
         srv.push.refresher.start()
         try:
             yield
         finally:
+            if watch is not None:
+                watch.cancel()
             await logs.aclose()
             srv.close()
 
@@ -197,13 +214,12 @@ def create_app(
         stored = s.ops.node_token_hash(body.host)  # the token just stored: the key the log route derives too
         return reply if stored is None else reply.model_copy(update={"log_key": log_key(stored[1])})
 
+    # Agents' beats and reports run on the beat workers (``liveness``), never behind the API's requests.
     @app.post("/v1/agents/{host}/heartbeat", response_model=proto.HeartbeatReply, responses=_PROTOCOL)
-    def heartbeat(
+    async def heartbeat(
         host: str, body: proto.HeartbeatRequest, s: Srv, authorization: Annotated[str | None, Header()] = None
     ) -> proto.HeartbeatReply:
-        s.gateway.check_node(host, bearer(authorization))
-        s.gateway.check_protocol(host, body)
-        return s.gateway.heartbeat(host, body)
+        return await s.beats.run(_beat, s, host, body, bearer(authorization), s.clock())
 
     @app.post("/v1/agents/{host}/commands", response_model=proto.CommandsReply, responses=_PROTOCOL)
     async def commands(
@@ -214,18 +230,16 @@ def create_app(
         authorization: Annotated[str | None, Header()] = None,
     ) -> proto.CommandsReply | Response:
         # Async: a waiting poll holds a future on the event loop, not a worker thread (see ``push``).
-        await run_in_threadpool(s.gateway.check_node, host, bearer(authorization))
+        await s.beats.run(s.gateway.check_node, host, bearer(authorization))
         s.gateway.check_protocol(host, body)
         reply = await s.push.answer(host, body.workloads, body.held, request.receive, body.executed)
         return Response(status_code=204) if reply is None else reply  # 204: to an agent that hung up
 
     @app.post("/v1/agents/{host}/reports", status_code=204, response_class=Response, responses=_PROTOCOL)
-    def reports(
+    async def reports(
         host: str, body: proto.ReportRequest, s: Srv, authorization: Annotated[str | None, Header()] = None
     ) -> Response:
-        s.gateway.check_node(host, bearer(authorization))
-        s.gateway.check_protocol(host, body)
-        s.gateway.report(host, body.workloads)
+        await s.beats.run(_report, s, host, body, bearer(authorization))
         return Response(status_code=204)
 
     return app

@@ -15,7 +15,7 @@ from gpupool.server.gateway import AgentGateway
 from gpupool.server.hostcache import HostCache
 from gpupool.server.labels import LabelIndex
 from gpupool.server.leader import LeaderLease
-from gpupool.server.liveness import LastSeen
+from gpupool.server.liveness import BeatWorkers, IntakeWatch, LastSeen
 from gpupool.server.loop import SchedulingLoop
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.push import CommandPush, Doorbell, Refresher
@@ -41,6 +41,7 @@ class Server:
     submits: SubmitWriter
     labels: LabelIndex  # every node's labels, for the submit-time node_selector check
     push: CommandPush
+    beats: BeatWorkers  # the agents' beats and reports, on threads of their own, and the watch of their progress
 
     def close(self) -> None:
         self.push.refresher.stop()
@@ -62,6 +63,10 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
     fabrics = FabricCache(store, ops)
     # Steady heartbeats' times are persisted in batches, three per lost-timeout (see ``liveness``).
     seen = LastSeen(store, settings.node_lost_after_s / 3)
+    # The intake's progress, ticked ~20 times per lost-timeout (at most every 0.25 s): its stalls do not count
+    # against a node's silence (see ``liveness``).
+    lost_after = settings.node_lost_after_s
+    intake = IntakeWatch(min(0.25, lost_after / 20), 4 * lost_after, clock)
     metrics = ServerMetrics(store, clock, seen.unflushed)
     # Agents waiting on the commands long-poll are woken per host, by each reload of the host cache that finds
     # the host's assignments or stored signals changed (see ``push``).
@@ -80,6 +85,7 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
         clock=clock,
         seen=seen,
         hosts=hosts,
+        intake=intake,
     )
     gateway = AgentGateway(store, ops, fabrics, settings, loop.nudge, clock, seen, hosts, loop.live)
     auth = Authenticator(store, settings.admin_token, settings.metrics_token)
@@ -94,4 +100,5 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
     )
     labels = LabelIndex(store.list_nodes, settings.host_cache_s, clock)
     push = CommandPush(gateway.commands, bell, refresher, settings.command_wait_s, clock)
-    return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits, labels, push)
+    beats = BeatWorkers(settings.heartbeat_workers, intake)
+    return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits, labels, push, beats)

@@ -202,9 +202,10 @@ class AgentGateway:
         self._hosts.token_verified(host, token, verified)
 
     # -- heartbeat ---------------------------------------------------------------------------------------------
-    def heartbeat(self, host: str, req: HeartbeatRequest) -> HeartbeatReply:
+    def heartbeat(self, host: str, req: HeartbeatRequest, received_s: float | None = None) -> HeartbeatReply:
+        """``received_s``: when the server took the beat in (before it waited for a beat worker): its time."""
         actor = f"agent:{host}"
-        now = self._clock()
+        now = self._clock() if received_s is None else received_s
         self.telemetry.record(host, req)
         before = self._hosts.node(host)
         grades = [_GRADE[g.health] for g in sorted(req.gpus, key=lambda g: g.index)]

@@ -1,16 +1,32 @@
-"""Last-seen times of nodes, kept in memory and written to the store in batches.
+"""Last-seen times of nodes, kept in memory and written to the store in batches; the intake that takes the
+beats, on workers of its own, and a watch of its progress.
 
 A steady heartbeat changes nothing durable (same node state, same GPU grades), so it costs no transaction:
 its time is noted here and persisted for every pending host in one write once per ``node_lost_after_s / 3``,
 and always before the loop judges a node lost. The stored time lags the truth by at most that period, well
 inside the lost-timeout, so a standby reading the store never sees a beating node as silent.
+
+A node is judged lost on the server's own progress, not on the wall clock alone (``IntakeWatch``): the time
+in which the heartbeat intake itself stood still (the process stopped or starved of CPU, every beat worker
+busy) is not counted against a node's silence, since the node's beats may be waiting in the server's own
+socket or queue. Beats (and rank reports) run on workers of their own (``BeatWorkers``), so a flood of API
+requests, which holds the default thread pool, never delays them.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+import anyio
+import anyio.to_thread
 
 from gpupool.store import Store
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 class LastSeen:
@@ -48,3 +64,60 @@ class LastSeen:
                     for host, t in batch.items():
                         self._pending[host] = max(t, self._pending.get(host, t))
                 raise
+
+
+class IntakeWatch:
+    """How long the heartbeat intake stood still: time that a node's silence is not charged with.
+
+    ``tick`` is called every ``tick_s`` by the intake itself (``BeatWorkers.watch``: the event loop, then a
+    beat worker, the path a beat takes), so it comes late when the process was stopped (SIGSTOP, a paused VM),
+    starved of CPU, or had every beat worker busy. Of each gap between ticks, ``tick_s`` plus as much again
+    (scheduling jitter) is progress; the rest is a stall. ``stalled_s(since, now)`` is how much of [since,
+    now] was stalled, counting the stall still open (no tick for longer than that: the loop may wake from a
+    pause before the intake does). Before the first tick nothing is known and nothing is discounted. Stalls
+    that ended more than ``keep_s`` ago are forgotten, so memory stays bounded.
+    """
+
+    def __init__(self, tick_s: float, keep_s: float, clock: Callable[[], float]) -> None:
+        self.tick_s, self._keep_s, self._clock = tick_s, keep_s, clock
+        self._lock = threading.Lock()
+        self._last: float | None = None
+        self._stalls: deque[tuple[float, float]] = deque()  # (start, end) of each stall, oldest first
+
+    def tick(self) -> None:
+        now = self._clock()
+        with self._lock:
+            start = None if self._last is None else self._last + 2 * self.tick_s
+            if start is not None and now > start:
+                self._stalls.append((start, now))
+            while self._stalls and self._stalls[0][1] < now - self._keep_s:
+                self._stalls.popleft()
+            self._last = now
+
+    def stalled_s(self, since: float, now: float) -> float:
+        with self._lock:
+            spans = list(self._stalls)
+            if self._last is not None and now > self._last + 2 * self.tick_s:
+                spans.append((self._last + 2 * self.tick_s, now))  # open: the intake has not ticked since
+        return sum(max(0.0, min(end, now) - max(start, since)) for start, end in spans)
+
+
+class BeatWorkers:
+    """The agents' intake: heartbeats and rank reports run on their own ``workers`` threads (an anyio limiter
+    of their own: the default one, which every sync API route shares, may be full), and ``watch`` ticks the
+    ``IntakeWatch`` through the same path."""
+
+    def __init__(self, workers: int, intake: IntakeWatch) -> None:
+        self._workers, self.intake = workers, intake
+        self._limiter: anyio.CapacityLimiter | None = None  # made on the event loop that uses it
+
+    async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self._workers)
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._limiter)
+
+    async def watch(self) -> None:
+        """Tick the intake watch until cancelled (a task of the server's lifespan)."""
+        while True:
+            await anyio.sleep(self.intake.tick_s)
+            await self.run(self.intake.tick)

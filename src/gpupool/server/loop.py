@@ -48,7 +48,7 @@ from gpupool.server.hostcache import HostCache
 from gpupool.server.journal import Journal, NoJournal
 from gpupool.server.leader import LeaderLease
 from gpupool.server.live import HeldFacts, LiveInbox, jobs_on, requeue_reason
-from gpupool.server.liveness import LastSeen
+from gpupool.server.liveness import IntakeWatch, LastSeen
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.settings import Settings
 from gpupool.server.sharing import SharingBuilder
@@ -96,12 +96,14 @@ class SchedulingLoop(StoreSync):
         clock: Callable[[], float] = time.time,
         seen: LastSeen | None = None,
         hosts: HostCache | None = None,
+        intake: IntakeWatch | None = None,
     ) -> None:
         self._store, self._ops, self._fabrics = store, ops, fabrics
         self._settings, self._metrics, self._leader = settings, metrics, leader
         self._clock = clock
         self._seen = seen
         self._hosts = hosts  # the gateway's view of nodes and assignments: dropped whenever this loop writes
+        self._intake = intake  # the heartbeat intake's stalls: not counted against a node's silence
         # When this process last became the leader: a node is judged silent only after a full lost-timeout
         # of our leadership, so a standby taking over (whose predecessor may have held beats unflushed in
         # memory) does not mark every node lost at once.
@@ -453,17 +455,30 @@ class SchedulingLoop(StoreSync):
             except GpupoolError:
                 continue  # it beat again meanwhile, or another writer moved it
             self._changed()  # its next beat must see LOST (and write the recovery)
-            log.warning("node %s lost: last heartbeat %.1f s ago", n.name, now - (n.last_heartbeat_s or now))
+            ago = now - (n.last_heartbeat_s or now)
+            stalled = self._stalled(n, now)
+            log.warning(
+                "node %s lost: last heartbeat %.1f s ago (%.1f s of it the intake stood still)", n.name, ago, stalled
+            )
             self.requeue_host(n.name, "its node was lost")
             self._dirty = True
             lost = True
         return self._store.list_nodes() if lost else nodes
 
+    def _since(self, n: NodeRecord) -> float:
+        assert n.last_heartbeat_s is not None
+        return max(n.last_heartbeat_s, self._leader_since or n.last_heartbeat_s)
+
+    def _stalled(self, n: NodeRecord, now: float) -> float:
+        return 0.0 if self._intake is None else self._intake.stalled_s(self._since(n), now)
+
     def _silent(self, n: NodeRecord, now: float, limit: float) -> bool:
+        """Silent past ``limit`` of the server's own progress: the intake's stalls since its last beat (or this
+        leadership's start) are not counted, as its beats may be waiting inside this server."""
         if n.state is NodeState.LOST or n.last_heartbeat_s is None:
             return False
-        since = max(n.last_heartbeat_s, self._leader_since or n.last_heartbeat_s)
-        return now - since > limit
+        quiet = now - self._since(n)
+        return quiet > limit and quiet - self._stalled(n, now) > limit
 
     def requeue_host(self, host: str, reason: str) -> None:
         """Every job holding GPUs on ``host`` goes back to the queue, whole gang."""

@@ -53,7 +53,8 @@ class Settings:
     # An agent's commands long-poll is held open at most this long; a launch, stop or checkpoint signal answers
     # it as soon as it is committed. 0: no push, commands ride heartbeat replies only.
     command_wait_s: float = 20.0
-    node_lost_after_s: float = 30.0
+    node_lost_after_s: float = 30.0  # of the server's own progress: a stall of its intake is not counted
+    heartbeat_workers: int = 8  # threads for agents' beats and reports, apart from the API's (server/liveness.py)
     schedule_period_s: float = 2.0  # the loop runs at least this often
     schedule_min_gap_s: float = 0.05  # and at most this often, however many events wake it
     schedule_max_busy: float = 0.25  # woken without pause, cycles take at most this share of a core
@@ -249,6 +250,8 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
         raise where(("stop_grace_s",), f"setting 'stop_grace_s': {settings.stop_grace_s!r} is negative")
     if not 1 <= settings.max_array_size <= 100_000:
         raise where(("max_array_size",), f"setting 'max_array_size': {settings.max_array_size!r} is not in 1..100000")
+    if settings.heartbeat_workers < 1:
+        raise where(("heartbeat_workers",), f"setting 'heartbeat_workers': {settings.heartbeat_workers!r} is below 1")
     for setting, problem in _lease_problems(settings):
         raise where((setting,), f"setting {setting!r}: {problem}")
     if not 0 <= settings.port <= 65535:

@@ -3,6 +3,9 @@ beating node is ever judged lost; a new leader gives every node a full lost-time
 
 from __future__ import annotations
 
+import threading
+
+import anyio.to_thread
 from server_api_helpers import Api
 
 
@@ -56,3 +59,60 @@ def test_a_new_leader_gives_every_node_a_full_timeout(api: Api) -> None:
     api.clock.t += 31
     api.srv.loop.run_cycle()
     assert {n.state.value for n in api.srv.store.list_nodes()} == {"lost"}
+
+
+def test_a_stall_of_the_intake_is_not_counted_against_a_node_and_its_progress_is(api: Api) -> None:
+    """The loop judges silence on the intake's progress: 40 s without a tick of the intake (a paused or
+    starved server) loses no node, before nor after the intake runs again; 31 s of its progress does."""
+    watch = api.srv.beats.intake
+    node = api.register("gpu-01")
+    api.beat("gpu-01", node)
+    watch.tick()
+    api.clock.t += 40  # the intake stood still (no tick): the loop wakes first
+    api.srv.loop.run_cycle()
+    assert api.srv.store.get_node("gpu-01").state.value == "up"
+    watch.tick()  # it runs again: the 40 s are a stall it recorded
+    api.srv.loop.run_cycle()
+    assert api.srv.store.get_node("gpu-01").state.value == "up"
+    for _ in range(31 * 4):  # ticking on time, a quarter second apart: the node's silence counts now
+        api.clock.t += 0.25
+        watch.tick()
+    api.srv.loop.run_cycle()
+    assert api.srv.store.get_node("gpu-01").state.value == "lost"
+
+
+def test_a_beat_is_answered_while_every_api_thread_is_taken(api: Api) -> None:
+    """Beats run on workers of their own: with every token of the API's thread pool held (as by requests
+    stuck on a slow database or agent), a heartbeat is still answered and noted, while an API route waits."""
+    node = api.register("gpu-01")
+    holders: list[object] = []
+
+    async def take() -> None:
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        holders.extend(object() for _ in range(int(limiter.total_tokens)))
+        for h in holders:
+            await limiter.acquire_on_behalf_of(h)
+
+    async def give_back() -> None:
+        for h in holders:
+            anyio.to_thread.current_default_thread_limiter().release_on_behalf_of(h)
+
+    portal = api.client.portal
+    assert portal is not None
+    portal.call(take)
+    listed: list[int] = []
+    waiting = threading.Thread(
+        target=lambda: listed.append(api.client.get("/v1/nodes", headers=api.admin()).status_code)
+    )
+    try:
+        waiting.start()
+        beat = threading.Thread(target=api.beat, args=("gpu-01", node))
+        beat.start()
+        beat.join(20)
+        assert not beat.is_alive(), "the heartbeat waited for the API's thread pool"
+        assert api.srv.gateway._seen.unflushed() == {"gpu-01": api.clock.t}
+        assert listed == []  # the API route is still waiting for a thread
+    finally:
+        portal.call(give_back)
+        waiting.join(20)
+    assert listed == [200]
