@@ -285,6 +285,8 @@ def alembic_config() -> Config:
 
 # pg_advisory_xact_lock's first key: the migrations' own lock class (the second is the schema's name hashed).
 _MIGRATION_LOCK = 0x6770_6D67  # "gpmg"
+# A migration's own idle-in-transaction limit: a migrator that stopped still frees the lock for the next starter.
+MIGRATION_IDLE_S = 120
 
 
 def migrate(engine: Engine, revision: str = "head") -> tuple[str | None, str | None]:
@@ -304,6 +306,9 @@ def migrate(engine: Engine, revision: str = "head") -> tuple[str | None, str | N
             conn.execution_options(**{_WRITE: True})
             with conn.begin():
                 if is_postgres(engine):
+                    # Alembic reads its scripts between statements: on a loaded machine that outlasted the
+                    # sessions' 5 s idle-in-transaction limit and the database ended the migration.
+                    conn.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {MIGRATION_IDLE_S * 1000}"))
                     conn.execute(
                         text("SELECT pg_advisory_xact_lock(:k, hashtext(current_schema()))"), {"k": _MIGRATION_LOCK}
                     )
