@@ -88,6 +88,7 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
         intake=intake,
     )
     gateway = AgentGateway(store, ops, fabrics, settings, loop.nudge, clock, seen, hosts, loop.live)
+    metrics.watch_telemetry(gateway.telemetry, lambda: fabrics.current()[0])
     auth = Authenticator(store, settings.admin_token, settings.metrics_token)
     # The loop folds new jobs in without reading them back; two writers where transactions can overlap.
     submits = SubmitWriter(

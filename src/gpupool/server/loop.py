@@ -124,6 +124,7 @@ class SchedulingLoop(StoreSync):
         # Heartbeats' events (``server.live``), handed over by the gateway after their writes committed.
         self.live = LiveInbox(self.nudge)
         self._sharing = SharingBuilder(store, settings.scheduler)
+        self._placed_ids: list[str] = []
         # The cycle's skeleton, shared with the simulator's engine. A policy that ranks by service (``gittins``)
         # learns its distribution from completions, as the engine does: each job the sync sees finish (not fail
         # or be cancelled) while running adds its GPU-seconds (all its runs, as the state counts them). Kept
@@ -340,6 +341,7 @@ class SchedulingLoop(StoreSync):
             self._versions[alloc.job_id] = rec.version
             self._db_state[alloc.job_id] = JobState.PLACED
             self._reasons.pop(alloc.job_id, None)
+            self._placed_ids.append(alloc.job_id)  # its queue wait is observed with the cycle's metrics
             placed += 1
         return placed
 
@@ -506,7 +508,13 @@ class SchedulingLoop(StoreSync):
         m.placements.inc(placed)
         m.preemptions.inc(preempted)
         node_pool = {n.name: dict(n.labels).get("pool", "default") for n in nodes}
-        m.observe_state(state.snapshot(), node_pool)
+        snap = state.snapshot()
+        placed_ids, self._placed_ids = self._placed_ids, []
+        m.observe_waits(
+            r.placed_at_s - r.spec.submit_time_s for r in (snap.running.get(j) for j in placed_ids) if r is not None
+        )
+        sharing = self._sharing.latest
+        m.observe_state(snap, node_pool, () if sharing is None else sharing.quotas)
 
 
 class _StoreActuator:

@@ -1,22 +1,73 @@
 """Prometheus metrics of one server process, on its own registry (no module-level collectors).
 
-The loop sets the scheduling series after each cycle; per-tenant usage and heartbeat ages are read from the
-store when ``/metrics`` is scraped, so every replica reports them, leader or not.
+Three sources. The loop sets the scheduling series after each cycle from its snapshot (queue, GPUs, jobs by
+state, quota use, leaf congestion: the leader's view; a standby reports none of them) and counts placements,
+preemptions and queue waits. Node states, health grades, heartbeat ages and per-tenant GPU-seconds are read
+from the store when ``/metrics`` is scraped, so every replica reports them. GPU and InfiniBand telemetry is the
+agents' latest samples this replica received (``LiveTelemetry``), labelled by host and leaf.
+
+Conventions: counters end in ``_total``; states and grades are numbers (0 ok/up, 1 degraded, 2 bad/down).
 """
 
 from __future__ import annotations
 
+import platform
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpupool import __version__
 from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.jobs import MILLI_PER_GPU
+from gpupool.domain.sharing import Quota
+from gpupool.fabric.fabric import Fabric
+from gpupool.fabric.model import Tier
+from gpupool.scheduler.quotas import QuotaBook
+from gpupool.server.metrics_telemetry import TelemetryText
+from gpupool.server.telemetry import LiveTelemetry
 from gpupool.store import Store
+
+_WAIT_BUCKETS = (1.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 3600.0, 24 * 3600.0)
+# GPU-seconds of a window that ended this long ago are final: a usage interval is written with the clock of
+# the replica that writes it, so a window closer to now may still gain an interval being committed.
+_USAGE_SETTLE_S = 120.0
+
+
+class TenantUsage:
+    """GPU-seconds per (tenant, pool, GPU model) since the epoch, as a counter, without re-reading all history
+    at each scrape: the total up to a watermark is kept, and only intervals open or ended after it are read.
+    A closed window's sum never changes (intervals start and end at their writer's ``now``), so the sum
+    grows monotonically. Not thread-safe on its own: ``collect`` calls are serialised by the registry lock."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._mark = 0.0
+        self._base: dict[tuple[str, str, str], float] = {}
+
+    def totals(self, now: float) -> dict[tuple[str, str, str], float]:
+        settled = now - _USAGE_SETTLE_S
+        if settled > self._mark:
+            for u in self._store.usage(self._mark, settled):
+                key = (u.tenant, u.pool, u.gpu_model)
+                self._base[key] = self._base.get(key, 0.0) + u.gpu_seconds
+            self._mark = settled
+        out = dict(self._base)
+        for u in self._store.usage(self._mark, max(now, self._mark)):
+            key = (u.tenant, u.pool, u.gpu_model)
+            out[key] = out.get(key, 0.0) + u.gpu_seconds
+        return out
 
 
 class _StoreCollector(Collector):
@@ -26,25 +77,36 @@ class _StoreCollector(Collector):
         self._store = store
         self._clock = clock
         self._unflushed = unflushed
+        self._usage = TenantUsage(store)
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         now = self._clock()
-        usage = GaugeMetricFamily(
+        usage = CounterMetricFamily(
             "gpupool_tenant_gpu_seconds", "GPU-seconds used since the epoch", labels=["tenant", "pool", "gpu_model"]
         )
-        for u in self._store.usage(0.0, now):
-            usage.add_metric([u.tenant, u.pool, u.gpu_model], u.gpu_seconds)
+        for (tenant, pool, model), s in sorted(self._usage.totals(now).items()):
+            usage.add_metric([tenant, pool, model], s)
         yield usage
         age = GaugeMetricFamily(
             "gpupool_agent_heartbeat_age_seconds", "Seconds since each node's last heartbeat", labels=["node"]
         )
+        nodes = GaugeMetricFamily("gpupool_nodes", "Registered nodes by state", labels=["state"])
+        grade = GaugeMetricFamily(
+            "gpupool_gpu_health", "Each GPU's stored health grade (0 ok, 1 degraded, 2 bad)", labels=["node", "gpu"]
+        )
         # Steady beats are persisted in batches: this replica's newer, unflushed times win.
         fresh = {} if self._unflushed is None else self._unflushed()
+        states: dict[str, int] = {"up": 0, "drained": 0, "lost": 0}
         for n in self._store.list_nodes():
+            states[n.state.value] = states.get(n.state.value, 0) + 1
             last = max(n.last_heartbeat_s or 0.0, fresh.get(n.name, 0.0)) or None
             if last is not None:
                 age.add_metric([n.name], max(0.0, now - last))
-        yield age
+            for g, h in enumerate(n.health):
+                grade.add_metric([n.name, str(g)], int(h))
+        for state, count in states.items():
+            nodes.add_metric([state], count)
+        yield from (age, nodes, grade)
 
 
 class ServerMetrics:
@@ -52,7 +114,13 @@ class ServerMetrics:
         self, store: Store, clock: Callable[[], float], unflushed: Callable[[], Mapping[str, float]] | None = None
     ) -> None:
         self.registry = CollectorRegistry()
+        self._telemetry: TelemetryText | None = None
         r = self.registry
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        Gauge("gpupool_build_info", "The server's version", ["version", "python"], registry=r).labels(
+            __version__, platform.python_version()
+        ).set(1)
         self.queue_depth = Gauge(
             "gpupool_queue_depth", "Pending jobs per pool and priority class", ["pool", "priority"], registry=r
         )
@@ -62,6 +130,9 @@ class ServerMetrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
             registry=r,
         )
+        self.queue_wait = Histogram(
+            "gpupool_queue_wait_seconds", "From submit to placement, per placed job", buckets=_WAIT_BUCKETS, registry=r
+        )
         self.placements = Counter("gpupool_placements", "Jobs placed (rate() gives placements/s)", registry=r)
         self.preemptions = Counter("gpupool_preemptions", "Jobs preempted", registry=r)
         self.gpus_allocated = Gauge(
@@ -70,14 +141,34 @@ class ServerMetrics:
         self.gpus_free = Gauge("gpupool_gpus_free", "GPUs nobody holds, on up nodes", ["pool", "gpu_model"], registry=r)
         self.leader = Gauge("gpupool_leader", "1 while this replica runs the scheduling loop", registry=r)
         self.submits = Counter("gpupool_job_submits", "Jobs accepted by this replica", registry=r)
+        self.jobs = Gauge("gpupool_jobs", "Pending and running jobs", ["state", "tenant", "pool"], registry=r)
+        qk = ["tenant", "pool", "gpu_model"]
+        self.quota_used = Gauge("gpupool_quota_used_gpus", "GPUs running against each quota", qk, registry=r)
+        self.quota_nominal = Gauge("gpupool_quota_nominal_gpus", "Each quota's nominal GPUs", qk, registry=r)
+        self.quota_borrowed = Gauge("gpupool_quota_borrowed_gpus", "GPUs used beyond nominal quota", qk, registry=r)
+        self.leaf_congestion = Gauge(
+            "gpupool_leaf_congestion_ratio", "Each leaf's congestion score, 0 to 1", ["leaf"], registry=r
+        )
+        self.leaf_link = Gauge(
+            "gpupool_leaf_link_state", "Each leaf's link state (0 up, 1 degraded, 2 down)", ["leaf"], registry=r
+        )
         r.register(_StoreCollector(store, clock, unflushed))
 
-    def observe_state(self, snap: ClusterSnapshot, node_pool: Mapping[str, str]) -> None:
-        """The queue per (pool, priority) and GPUs allocated and free per (pool, GPU model), after a cycle."""
+    def watch_telemetry(self, telemetry: LiveTelemetry, fabric: Callable[[], Fabric | None]) -> None:
+        """Export the agents' samples (built after the metrics: the gateway owns ``telemetry``)."""
+        self._telemetry = TelemetryText(telemetry, fabric)
+
+    def observe_state(self, snap: ClusterSnapshot, node_pool: Mapping[str, str], quotas: Sequence[Quota] = ()) -> None:
+        """After a cycle: the queue, GPUs allocated and free per (pool, model), jobs, quota use, leaves."""
         depth: dict[tuple[str, str], int] = defaultdict(int)
+        jobs: dict[tuple[str, str, str], int] = defaultdict(int)
         for j in snap.pending:
             depth[(j.pool, j.priority.name.lower())] += 1
+            jobs[("pending", j.tenant, j.pool)] += 1
+        for run in snap.running.values():
+            jobs[("running", run.spec.tenant, run.spec.pool)] += 1
         self.set_queue(depth)
+        _reset(self.jobs, jobs.items())
         ix = snap.index
         gpus: dict[tuple[str, str], tuple[float, int]] = {}
         for h, host in enumerate(ix.fabric.hosts):
@@ -90,18 +181,37 @@ class ServerMetrics:
             a, f = gpus.get(key, (0.0, 0))
             gpus[key] = (a + allocated, f + free)
         self.set_gpus(gpus)
+        self._observe_quotas(snap, quotas)
+        switches = ix.fabric.switches
+        leaves = [s for s, sw in enumerate(switches) if sw.tier == Tier.LEAF]
+        _reset(self.leaf_congestion, (((switches[s].name,), float(snap.switch_congestion[s])) for s in leaves))
+        _reset(self.leaf_link, (((switches[s].name,), int(snap.switch_link_state[s])) for s in leaves))
+
+    def _observe_quotas(self, snap: ClusterSnapshot, quotas: Sequence[Quota]) -> None:
+        book = QuotaBook(quotas, snap.running, require=False)
+        keys = list(book.quotas)
+        _reset(self.quota_used, ((k, book.usage[k] / MILLI_PER_GPU) for k in keys))
+        _reset(self.quota_nominal, ((k, book.quotas[k].nominal_gpus) for k in keys))
+        _reset(self.quota_borrowed, ((k, book.borrowed(k) / MILLI_PER_GPU) for k in keys))
+
+    def observe_waits(self, waits: Iterable[float]) -> None:
+        for w in waits:
+            self.queue_wait.observe(max(0.0, w))
 
     def set_queue(self, depth: Mapping[tuple[str, str], int]) -> None:
-        self.queue_depth.clear()
-        for (pool, prio), n in depth.items():
-            self.queue_depth.labels(pool, prio).set(n)
+        _reset(self.queue_depth, depth.items())
 
     def set_gpus(self, gpus: Mapping[tuple[str, str], tuple[float, int]]) -> None:
-        self.gpus_allocated.clear()
-        self.gpus_free.clear()
-        for (pool, model), (allocated, free) in gpus.items():
-            self.gpus_allocated.labels(pool, model).set(allocated)
-            self.gpus_free.labels(pool, model).set(free)
+        _reset(self.gpus_allocated, ((k, a) for k, (a, _) in gpus.items()))
+        _reset(self.gpus_free, ((k, f) for k, (_, f) in gpus.items()))
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        text = generate_latest(self.registry)
+        return text if self._telemetry is None else text + self._telemetry.render().encode()
+
+
+def _reset(gauge: Gauge, values: Iterable[tuple[tuple[str, ...], float]]) -> None:
+    """Replace every series of ``gauge``: a label set that is gone (a finished tenant's jobs) disappears."""
+    gauge.clear()
+    for labels, v in values:
+        gauge.labels(*labels).set(v)

@@ -105,7 +105,10 @@ def test_metrics_expose_the_listed_series(api: Api) -> None:
     assert "gpupool_placements_total 2.0" in text_
     assert 'gpupool_gpus_allocated{gpu_model="NVIDIA H100 80GB HBM3",pool="default"} 8.0' in text_
     assert 'gpupool_gpus_free{gpu_model="NVIDIA H100 80GB HBM3",pool="default"} 0.0' in text_
-    assert 'gpupool_tenant_gpu_seconds{gpu_model="NVIDIA H100 80GB HBM3",pool="default",tenant="alice"} 80.0' in text_
+    assert (
+        'gpupool_tenant_gpu_seconds_total{gpu_model="NVIDIA H100 80GB HBM3",pool="default",tenant="alice"} 80.0'
+        in text_
+    )
     assert 'gpupool_agent_heartbeat_age_seconds{node="gpu-01"} 0.0' in text_
 
 
