@@ -4,11 +4,15 @@ type and the values the beat and the cycle gave; ``promtool check metrics`` pass
 
 from __future__ import annotations
 
+import json
 import platform
+import re
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from server_api_helpers import Api
 
@@ -165,3 +169,20 @@ def test_promtool_check_metrics_passes_on_a_scrape(api: Api) -> None:
     api.srv.loop.run_cycle()
     r = subprocess.run([promtool, "check", "metrics"], input=_scrape(api), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_dashboards_and_alerts_read_only_series_the_server_exposes(api: Api) -> None:
+    """Every ``gpupool_`` name in deploy/grafana's queries and deploy/prometheus's alert rules is a sample name
+    of a real scrape (``_bucket``, ``_total`` and all), after a beat with samples and a cycle."""
+    exposed = {name for name, _ in _samples(_loaded(api))}
+    deploy = Path(__file__).resolve().parents[3] / "deploy"
+    queries = [
+        t["expr"]
+        for d in (deploy / "grafana").glob("*.json")
+        for p in json.loads(d.read_text())["panels"]
+        for t in p["targets"]
+    ]
+    rules = yaml.safe_load((deploy / "prometheus" / "alerts.yml").read_text())["groups"]
+    queries += [r["expr"] for g in rules for r in g["rules"]]
+    named = {n for q in queries for n in re.findall(r"\bgpupool_[a-z_]+", q)}
+    assert len(named) > 25 and named <= exposed, sorted(named - exposed)
