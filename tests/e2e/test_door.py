@@ -125,7 +125,8 @@ def test_headers_past_the_limit_are_a_431(server: ServerProc) -> None:
 def test_a_wrong_token_flood_gets_429s_while_a_good_client_keeps_working(server: ServerProc, tenant: str) -> None:
     # The good client worked before the flood (a token new to an address under a flood waits like the flood).
     assert timed_requests(server.base, tenant, 1)[0] < float("inf")
-    with Flood(server.base, threads=4) as flood:
+    threads = 4
+    with Flood(server.base, threads=threads) as flood:
         until(lambda: len(flood.statuses) >= 50, 30, "the flood under way")
         took = timed_requests(server.base, tenant, 40)
         start, seen = time.monotonic(), len(flood.statuses)
@@ -135,9 +136,10 @@ def test_a_wrong_token_flood_gets_429s_while_a_good_client_keeps_working(server:
     assert p(took, 0.95) < 2.0, took
     later = flood.statuses[seen:]
     failed = later.count(401)
-    # Refused unchecked past the address's bucket (burst 10, drained by the first 50): the refill alone (2/s).
+    # Refused unchecked past the address's bucket (burst 10, drained by the first 50): the refill alone (2/s),
+    # plus the requests each thread had in flight when counting began (checked before it, answered after).
     assert later.count(429) + failed == len(later), set(later)
-    assert failed <= 2 + 2 * flood_s, (failed, len(later), flood_s)
+    assert failed <= threads + 2 + 2 * flood_s, (failed, len(later), flood_s)
     assert flood.retry_after and all(v.isdigit() and int(v) >= 1 for v in flood.retry_after)
 
 
