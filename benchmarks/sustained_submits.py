@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from gpupool.schemas.agent import GpuInfo, RegisterRequest
 from gpupool.store import ServerOps, Store
+from gpupool.store.agents import Registrant
 from procs import ADMIN, ServerProc, until
 
 
@@ -66,7 +67,15 @@ def seed_nodes(url: str, count: int) -> None:
             host = f"gpu-{n:04d}"
             inventory = RegisterRequest(host=host, gpus=tuple(gpus)).model_dump(mode="json")
             store.upsert_node(host, gpu_model="H100", gpu_count=8, actor="bench")
-            ops.register_agent(host, agent_url="", address="127.0.0.1", inventory=inventory, actor="bench")
+            ops.register_agent(
+                host,
+                by=Registrant("admin", "bench"),
+                log_url="",
+                address="127.0.0.1",
+                inventory=inventory,
+                actor="bench",
+                live_within_s=0.0,
+            )
             store.heartbeat(host, actor="bench")
 
 
