@@ -66,6 +66,7 @@ def accounting_jobs(
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> api.AccountingPage:
+    """Per-run accounting records in a window, paged; a tenant sees its own."""
     now = srv.clock()
     to = now if to_s is None else to_s
     start = max(0.0, to - 86_400.0) if from_s is None else from_s
@@ -96,6 +97,7 @@ def monthly_statement(
     month: Annotated[str, Query(min_length=7, max_length=7, description="YYYY-MM, UTC")],
     tenant: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
 ) -> api.StatementOut:
+    """A month's usage priced by the rate card, per tenant."""
     start, end = month_window(month, "query.month")
     card = load_rate_card(srv.settings.rate_card_path)
     whose = _tenant(who, tenant)

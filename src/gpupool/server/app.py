@@ -43,6 +43,7 @@ from gpupool.server.door import AuthFailures, BodyLimit
 from gpupool.server.fastsubmit import SubmitFastPath
 from gpupool.server.gateway import ProtocolUnsupportedError
 from gpupool.server.logs import RequestIds
+from gpupool.server.openapi import document
 from gpupool.server.routes import ForbiddenError, Srv, router
 from gpupool.server.settings import Settings
 from gpupool.server.token_routes import router as token_router
@@ -151,7 +152,8 @@ def create_app(
             await logs.aclose()
             srv.close()
 
-    app = FastAPI(title="gpupool", version="1", lifespan=lifespan, responses=_errors())
+    # /docs is this server's own page (see openapi.py): FastAPI's loads Swagger UI and ReDoc from a CDN.
+    app = FastAPI(title="gpupool", version="1", lifespan=lifespan, responses=_errors(), docs_url=None, redoc_url=None)
     app.state.server = srv
     app.state.log_fetcher = logs
     app.add_exception_handler(GpupoolError, _error)
@@ -203,6 +205,7 @@ def create_app(
     def register(
         body: proto.RegisterRequest, request: Request, s: Srv, authorization: Annotated[str | None, Header()] = None
     ) -> proto.RegisterReply:
+        """An agent registers its node (join token, its node token or an admin token); answers the node token."""
         s.gateway.check_protocol(body.host, body)
         token = bearer(authorization)
         # A join or node token is the gateway's to judge; any other token must be an admin's.
@@ -219,6 +222,7 @@ def create_app(
     async def heartbeat(
         host: str, body: proto.HeartbeatRequest, s: Srv, authorization: Annotated[str | None, Header()] = None
     ) -> proto.HeartbeatReply:
+        """An agent's heartbeat: samples, XIDs and workload states in; its assignments out."""
         return await s.beats.run(_beat, s, host, body, bearer(authorization), s.clock())
 
     @app.post("/v1/agents/{host}/commands", response_model=proto.CommandsReply, responses=_PROTOCOL)
@@ -230,6 +234,7 @@ def create_app(
         authorization: Annotated[str | None, Header()] = None,
     ) -> proto.CommandsReply | Response:
         # Async: a waiting poll holds a future on the event loop, not a worker thread (see ``push``).
+        """An agent's long poll for commands (launch, stop, signal), answered when something changes."""
         await s.beats.run(s.gateway.check_node, host, bearer(authorization))
         s.gateway.check_protocol(host, body)
         reply = await s.push.answer(host, body.workloads, body.held, request.receive, body.executed)
@@ -239,7 +244,9 @@ def create_app(
     async def reports(
         host: str, body: proto.ReportRequest, s: Srv, authorization: Annotated[str | None, Header()] = None
     ) -> Response:
+        """An agent's workload states between heartbeats (a rank started or exited), acted on at once."""
         await s.beats.run(_report, s, host, body, bearer(authorization))
         return Response(status_code=204)
 
+    document(app)  # tags, the security scheme and /docs, once every route is in
     return app

@@ -100,6 +100,7 @@ _SUBMIT_HEADERS = {
     openapi_extra=_SUBMIT_HEADERS,
 )
 async def submit_job(body: api.JobSubmit, request: Request) -> Response:
+    """Submit a job or a job array: checked against the spec and the cluster, then queued."""
     headers = request.headers
     srv: Server = request.app.state.server
     return await accept_submit(srv, body, headers.get("authorization"), headers.get("idempotency-key"))
@@ -162,6 +163,7 @@ def list_jobs(
     after: Annotated[str | None, Query(max_length=128)] = None,
     array: Annotated[str | None, Query(max_length=128)] = None,
 ) -> api.JobList:
+    """Jobs, one page at a time; a tenant sees its own, an admin every tenant's."""
     if not who.admin:
         tenant = who.tenant  # a tenant lists its own jobs, whatever it asks for
     if after is not None:
@@ -179,11 +181,13 @@ def list_jobs(
 
 @router.get("/jobs/{job_id}", response_model=api.JobOut)
 def get_job(job_id: str, srv: Srv, who: Who) -> api.JobOut:
+    """One job: its spec, state, placement and timestamps."""
     return job_out(_own_job(srv, who, job_id))
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=api.JobOut)
 def cancel_job(job_id: str, srv: Srv, who: Who) -> api.JobOut:
+    """Cancel a job: pending ones leave the queue, running ones are stopped on their nodes."""
     for _ in range(5):
         rec = _own_job(srv, who, job_id)
         try:
@@ -231,6 +235,7 @@ def cancel_array(array_id: str, srv: Srv, who: Who) -> api.ArrayOut:
 
 @router.get("/jobs/{job_id}/events", response_model=api.EventList)
 def job_events(job_id: str, srv: Srv, who: Who) -> api.EventList:
+    """The job's audit events, oldest first."""
     _own_job(srv, who, job_id)
     events = srv.store.list_audit(subject=f"job/{job_id}", limit=10_000)
     return api.EventList(
@@ -247,6 +252,7 @@ def job_attempts(job_id: str, srv: Srv, who: Who) -> api.AttemptList:
 
 @router.get("/jobs/{job_id}/why", response_model=api.WhyOut)
 def why_pending(job_id: str, srv: Srv, who: Who) -> api.WhyOut:
+    """Why a job waits: the scheduler's reason code and sentence from its last cycle."""
     rec = _own_job(srv, who, job_id)
     deadline = detail = finish = None
     if rec.spec.deadline_s is not None and rec.state is JobState.PENDING:
@@ -340,6 +346,7 @@ async def job_logs(
 # -- nodes and fabric ------------------------------------------------------------------------------------------
 @router.get("/nodes", response_model=api.NodeList)
 def list_nodes(srv: Srv, who: Who) -> api.NodeList:
+    """Every registered node with its state, GPUs, labels and last heartbeat."""
     agents = {a.host: a for a in srv.ops.agents()}
     now = srv.clock()
     out = []
@@ -388,6 +395,7 @@ def _labels_out(n: NodeRecord) -> api.LabelsOut:
 
 @router.get("/nodes/{name}/labels", response_model=api.LabelsOut)
 def get_labels(name: str, srv: Srv, who: Who) -> api.LabelsOut:
+    """A node's labels: its agent's, the admins', and the merged set the scheduler matches."""
     return _labels_out(srv.store.get_node(name))
 
 
@@ -405,6 +413,7 @@ def set_labels(name: str, body: api.LabelsIn, srv: Srv, who: Admin) -> api.Label
 
 @router.post("/nodes/{name}/drain", response_model=api.NodeList)
 def drain_node(name: str, srv: Srv, who: Admin, body: api.DrainIn | None = None) -> api.NodeList:
+    """Drain a node (admin): no new placements; running work may finish."""
     srv.store.drain_node(name, (body or api.DrainIn()).reason, actor(who))
     srv.loop.wake()
     return list_nodes(srv, who)
@@ -412,6 +421,7 @@ def drain_node(name: str, srv: Srv, who: Admin, body: api.DrainIn | None = None)
 
 @router.post("/nodes/{name}/undrain", response_model=api.NodeList)
 def undrain_node(name: str, srv: Srv, who: Admin) -> api.NodeList:
+    """Return a drained node to service (admin)."""
     srv.store.undrain_node(name, actor(who))
     srv.loop.wake()
     return list_nodes(srv, who)
@@ -419,6 +429,7 @@ def undrain_node(name: str, srv: Srv, who: Admin) -> api.NodeList:
 
 @router.get("/fabric", response_model=api.FabricOut, responses={404: {"model": api.ErrorOut}})
 def get_fabric(srv: Srv, who: Who) -> api.FabricOut:
+    """The stored fabric topology (switches, hosts, links) as JSON."""
     fabric, _ = srv.fabrics.current()
     if fabric is None:
         raise NotFoundError("no fabric: none imported and no agent registered")
@@ -428,6 +439,7 @@ def get_fabric(srv: Srv, who: Who) -> api.FabricOut:
 
 @router.put("/fabric", response_model=api.FabricOut)
 def put_fabric(document: dict[str, Any], srv: Srv, who: Admin) -> api.FabricOut:
+    """Store a new fabric topology (admin); the scheduler uses it from its next cycle."""
     fabric = jsonio.from_dict(document, source="request body")
     version = srv.store.put_fabric(fabric, actor(who))
     srv.loop.wake()
@@ -437,6 +449,7 @@ def put_fabric(document: dict[str, Any], srv: Srv, who: Admin) -> api.FabricOut:
 # -- pools, tenants, quotas, tokens ------------------------------------------------------------------------------
 @router.get("/pools", response_model=api.PoolList)
 def list_pools(srv: Srv, who: Who) -> api.PoolList:
+    """The pools with their calendars."""
     pools = srv.store.list_pools()
     return api.PoolList(
         pools=[api.PoolOut(name=p.name, calendar_toml=p.calendar_toml, version=p.version) for p in pools]
@@ -445,6 +458,7 @@ def list_pools(srv: Srv, who: Who) -> api.PoolList:
 
 @router.put("/pools/{name}", response_model=api.PoolOut)
 def put_pool(name: str, body: api.PoolIn, srv: Srv, who: Admin) -> api.PoolOut:
+    """Create or replace a pool and its calendar (admin)."""
     p = srv.store.put_pool(name, body.calendar_toml, actor(who), expected_version=body.expected_version)
     srv.loop.wake()
     return api.PoolOut(name=p.name, calendar_toml=p.calendar_toml, version=p.version)
@@ -452,18 +466,21 @@ def put_pool(name: str, body: api.PoolIn, srv: Srv, who: Admin) -> api.PoolOut:
 
 @router.get("/tenants", response_model=api.TenantList)
 def list_tenants(srv: Srv, who: Who) -> api.TenantList:
+    """The tenants and their fair-share weights."""
     rows = [t for t in srv.store.list_tenants() if who.admin or t.name == who.tenant]
     return api.TenantList(tenants=[api.TenantOut(name=t.name, weight=t.weight) for t in rows])
 
 
 @router.post("/tenants", response_model=api.TenantOut, status_code=201)
 def create_tenant(body: api.TenantIn, srv: Srv, who: Admin) -> api.TenantOut:
+    """Create a tenant (admin)."""
     t = srv.store.create_tenant(body.name, actor(who), weight=body.weight)
     return api.TenantOut(name=t.name, weight=t.weight)
 
 
 @router.get("/tenants/{tenant}/quotas", response_model=api.QuotaList)
 def list_quotas(tenant: str, srv: Srv, who: Who) -> api.QuotaList:
+    """A tenant's quotas per pool and GPU model."""
     if not who.admin and tenant != who.tenant:
         raise NotFoundError(f"tenant {tenant!r} is not stored")
     return api.QuotaList(quotas=[_quota_out(q) for q in srv.store.list_quotas(tenant)])
@@ -471,6 +488,7 @@ def list_quotas(tenant: str, srv: Srv, who: Who) -> api.QuotaList:
 
 @router.put("/tenants/{tenant}/quotas", response_model=api.QuotaOut)
 def set_quota(tenant: str, body: api.QuotaIn, srv: Srv, who: Admin) -> api.QuotaOut:
+    """Set a tenant's quota in a pool (admin): nominal GPUs, cohort, borrowing and lending limits."""
     q = Quota(
         tenant=tenant,
         pool=body.pool,
@@ -505,6 +523,7 @@ def usage(
     from_s: Annotated[float | None, Query(alias="from", ge=0, le=1e12)] = None,
     to_s: Annotated[float | None, Query(alias="to", ge=0, le=1e12)] = None,
 ) -> api.UsageOut:
+    """GPU-seconds per tenant, GPU model and pool in a time window."""
     to = srv.clock() if to_s is None else to_s
     start = max(0.0, to - 86_400.0) if from_s is None else from_s
     rows = [u for u in srv.store.usage(start, to) if who.admin or u.tenant == who.tenant]

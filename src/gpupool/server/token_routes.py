@@ -55,12 +55,14 @@ def _join_out(t: JoinTokenInfo, now: float) -> api.JoinTokenInfoOut:
 def list_tokens(
     srv: Srv, who: Admin, tenant: Annotated[str | None, Query(min_length=1, max_length=128)] = None
 ) -> api.TokenList:
+    """API tokens (admin): ids, tenants, states and expiries, never the secrets."""
     now = srv.clock()
     return api.TokenList(tokens=[_out(t, now) for t in srv.store.list_tokens(tenant)])
 
 
 @router.post("/tokens", response_model=api.TokenOut, status_code=201)
 def create_token(body: api.TokenIn, srv: Srv, who: Admin) -> api.TokenOut:
+    """Make an API token (admin); its secret is in this answer only."""
     info, clear = srv.store.create_token(
         body.tenant,
         actor(who),
@@ -74,17 +76,20 @@ def create_token(body: api.TokenIn, srv: Srv, who: Admin) -> api.TokenOut:
 
 @router.delete("/tokens/{token_id}", response_model=api.TokenInfoOut)
 def revoke_token(token_id: str, srv: Srv, who: Admin) -> api.TokenInfoOut:
+    """Revoke an API token (admin): refused from its next request on every replica."""
     return _out(srv.store.revoke_token(token_id, actor(who)), srv.clock())
 
 
 @router.get("/join-tokens", response_model=api.JoinTokenList)
 def list_join_tokens(srv: Srv, who: Admin) -> api.JoinTokenList:
+    """Agent join tokens (admin)."""
     now = srv.clock()
     return api.JoinTokenList(join_tokens=[_join_out(t, now) for t in srv.store.list_join_tokens()])
 
 
 @router.post("/join-tokens", response_model=api.TokenOut, status_code=201)
 def create_join_token(body: api.JoinTokenIn, srv: Srv, who: Admin) -> api.TokenOut:
+    """Make a join token with which new agents register (admin)."""
     info, clear = srv.store.create_join_token(
         actor(who),
         expires_in_s=body.expires_in_s,
@@ -97,4 +102,5 @@ def create_join_token(body: api.JoinTokenIn, srv: Srv, who: Admin) -> api.TokenO
 
 @router.delete("/join-tokens/{token_id}", response_model=api.JoinTokenInfoOut)
 def revoke_join_token(token_id: str, srv: Srv, who: Admin) -> api.JoinTokenInfoOut:
+    """Revoke a join token (admin)."""
     return _join_out(srv.store.revoke_join_token(token_id, actor(who)), srv.clock())

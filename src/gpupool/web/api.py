@@ -96,10 +96,12 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
 
     @router.get("/whoami")
     def whoami(tenant: Tenant) -> dict[str, Any]:
+        """The dashboard's caller: tenant or admin."""
         return {"admin": tenant is None, "tenant": tenant}
 
     @router.get("/fabric")
     def fabric(srv: Srv, tenant: Tenant) -> dict[str, Any]:
+        """The fabric page's payload: hosts, GPUs, leaves, jobs and live telemetry."""
         fab, key = srv.fabrics.current()
         if fab is None:
             raise NotFoundError("no fabric: none imported and no agent registered")
@@ -110,6 +112,7 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
 
     @router.get("/hosts/{name}")
     def host(name: str, srv: Srv, tenant: Tenant) -> dict[str, Any]:
+        """One host's detail for the dashboard: GPUs, ports, jobs."""
         fab, _ = srv.fabrics.current()
         node = next((n for n in _nodes(srv) if n.name == name), None)
         if node is None and (fab is None or not fab.has_host(name)):
@@ -118,12 +121,14 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
 
     @router.get("/queue")
     def queue(srv: Srv, tenant: Tenant) -> dict[str, Any]:
+        """The queue page: pending jobs with why each waits."""
         pending = srv.store.list_jobs(tenant=tenant, state=JobState.PENDING, pool=None, limit=100_000, after=None)
         now = float(srv.clock())
         return {"now_s": now, "jobs": queue_payload([_job_view(r) for r in pending], now, tenant)}
 
     @router.get("/jobs/{job_id}/placement")
     def placement(job_id: str, srv: Srv, tenant: Tenant) -> dict[str, Any]:
+        """Where a job's ranks run, for the dashboard."""
         rec = srv.store.get_job(job_id)
         if tenant is not None and rec.spec.tenant != tenant:
             raise NotFoundError(f"job {job_id!r} is not stored")
@@ -144,6 +149,7 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
 
     @router.get("/pools")
     def pools(srv: Srv, tenant: Tenant) -> dict[str, Any]:
+        """The pools page: capacity, use and calendars."""
         now = float(srv.clock())
         used: dict[tuple[str, str], float] = defaultdict(float)
         for state in (JobState.PLACED, JobState.RUNNING):
@@ -168,12 +174,14 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
 
     @router.get("/sim", dependencies=[Depends(_admin)])
     def sim(path: Annotated[str, Query(min_length=1, max_length=4096)]) -> dict[str, Any]:
+        """A simulator report (a run folder's report.json) for the dashboard."""
         return simreport.read_report(path)
 
     @router.get("/sim/plot", dependencies=[Depends(_admin)], response_class=FileResponse)
     def sim_plot(
         path: Annotated[str, Query(min_length=1, max_length=4096)], name: Annotated[str, Query(max_length=256)]
     ) -> FileResponse:
+        """A simulator run's plot (PNG)."""
         return FileResponse(simreport.plot_path(path, name), media_type="image/png")
 
     return router
