@@ -51,7 +51,9 @@ class CommandsMixin(StoreBase):
         self, assignment_ids: Sequence[str], signal: str = "checkpoint", *, fence: Fence | None = None
     ) -> list[AgentCommand]:
         """A ``signal`` command for each named rank that still has its row (others are gone: nothing to
-        signal), in one transaction; ``fence``: the scheduling loop's lease, checked first."""
+        signal), in one transaction; ``fence``: the scheduling loop's lease, checked first. A rank that already
+        has the same signal stored and not yet carried out gets no second one (that one is returned): a new
+        leader, whose cycle decides again the checkpoint its predecessor stored, must not double it."""
         with self._tx(write=True, fence=fence) as s:
             rows = self._signal_rows(s, assignment_ids, signal, fence)
             s.flush()  # the ids
@@ -66,13 +68,26 @@ class CommandsMixin(StoreBase):
             rank = None if key is None else s.get(AllocationRow, key)
             if rank is None:
                 continue
+            payload = dumps({"signal": signal})
+            stored = s.scalars(
+                select(AgentCommandRow).where(
+                    AgentCommandRow.job_id == rank.job_id,
+                    AgentCommandRow.assignment == rank.assignment,
+                    AgentCommandRow.task_index == rank.task_index,
+                    AgentCommandRow.kind == "signal",
+                    AgentCommandRow.payload == payload,
+                )
+            ).first()
+            if stored is not None:
+                out.append(stored)
+                continue
             row = AgentCommandRow(
                 host=rank.host,
                 job_id=rank.job_id,
                 assignment=rank.assignment,
                 task_index=rank.task_index,
                 kind="signal",
-                payload=dumps({"signal": signal}),
+                payload=payload,
                 created_s=now,
                 leader_token=None if fence is None else fence.token,
             )

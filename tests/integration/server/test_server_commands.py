@@ -51,11 +51,14 @@ def test_a_checkpoint_signal_is_stored_and_sent_by_any_replica_until_the_agent_r
             assert leader.srv.loop.run_cycle().preempted == 0
             lease = leader.srv.store.lease("default")
             assert lease is not None and stored_commands(leader) == [("gpu-01", lease.token)]
+            # Decided again (a new leader's cycle, its predecessor's signal not yet carried out): not doubled.
+            (again,) = leader.srv.store.queue_signals([launch["assignment_id"]])
+            assert stored_commands(leader) == [("gpu-01", lease.token)]
             clock.t += other.srv.settings.host_cache_s
             for _ in range(3):  # the other replica repeats it while the agent has not carried it out
                 (sig,) = beat(other, "gpu-01", node, running, executed=[])
                 assert (sig["kind"], sig["assignment_id"]) == ("signal", launch["assignment_id"])
-            assert sig["command_id"] != ""
+            assert sig["command_id"] == again.command_id != ""
             # Carried out: listed as executed, deleted, and sent no more by either replica.
             assert beat(other, "gpu-01", node, running, executed=[sig["command_id"]]) == []
             assert stored_commands(leader) == []
