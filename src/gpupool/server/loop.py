@@ -197,7 +197,7 @@ class SchedulingLoop(StoreSync):
                 log.exception("scheduling cycle failed")
                 self._dirty = True
                 led = self._leader.held
-            self._metrics.leader.set(1 if led else 0)
+            self._metrics.set_leader(led)
             if not led:
                 self._stop.wait(self._settings.leader_retry_s)
                 continue

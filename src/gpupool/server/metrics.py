@@ -152,6 +152,17 @@ class ServerMetrics:
         self.leaf_link = Gauge(
             "gpupool_leaf_link_state", "Each leaf's link state (0 up, 1 degraded, 2 down)", ["leaf"], registry=r
         )
+        self._leader_only = (
+            self.queue_depth,
+            self.gpus_allocated,
+            self.gpus_free,
+            self.jobs,
+            self.quota_used,
+            self.quota_nominal,
+            self.quota_borrowed,
+            self.leaf_congestion,
+            self.leaf_link,
+        )
         r.register(_StoreCollector(store, clock, unflushed))
 
     def watch_telemetry(self, telemetry: LiveTelemetry, fabric: Callable[[], Fabric | None]) -> None:
@@ -193,6 +204,14 @@ class ServerMetrics:
         _reset(self.quota_used, ((k, book.usage[k] / MILLI_PER_GPU) for k in keys))
         _reset(self.quota_nominal, ((k, book.quotas[k].nominal_gpus) for k in keys))
         _reset(self.quota_borrowed, ((k, book.borrowed(k) / MILLI_PER_GPU) for k in keys))
+
+    def set_leader(self, led: bool) -> None:
+        """A replica that is not the leader reports none of the leader's series: one that lost the lease keeps
+        no stale queue, jobs or quota use for a sum over replicas to count twice."""
+        self.leader.set(1 if led else 0)
+        if not led:
+            for g in self._leader_only:
+                g.clear()
 
     def observe_waits(self, waits: Iterable[float]) -> None:
         for w in waits:

@@ -186,3 +186,13 @@ def test_the_dashboards_and_alerts_read_only_series_the_server_exposes(api: Api)
     queries += [r["expr"] for g in rules for r in g["rules"]]
     named = {n for q in queries for n in re.findall(r"\bgpupool_[a-z_]+", q)}
     assert len(named) > 25 and named <= exposed, sorted(named - exposed)
+
+
+def test_a_replica_that_is_not_the_leader_reports_none_of_the_leaders_series(api: Api) -> None:
+    leader_only = ("gpupool_jobs", "gpupool_queue_depth", "gpupool_quota_used_gpus", "gpupool_gpus_free")
+    assert {name for name, _ in _samples(_loaded(api))} >= set(leader_only)
+    api.srv.metrics.set_leader(False)  # what the loop's thread does on a cycle that finds the lease lost
+    got = _samples(_scrape(api))
+    assert not {name for name, _ in got} & set(leader_only)
+    assert got[("gpupool_leader", frozenset())] == 0.0
+    assert got[("gpupool_gpu_temperature_celsius", frozenset({"node": "gpu-01", "gpu": "0"}.items()))] == 60.0
