@@ -12,6 +12,7 @@ Conventions: counters end in ``_total``; states and grades are numbers (0 ok/up,
 from __future__ import annotations
 
 import platform
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -49,22 +50,25 @@ class TenantUsage:
     """GPU-seconds per (tenant, pool, GPU model) since the epoch, as a counter, without re-reading all history
     at each scrape: the total up to a watermark is kept, and only intervals open or ended after it are read.
     A closed window's sum never changes (intervals start and end at their writer's ``now``), so the sum
-    grows monotonically. Not thread-safe on its own: ``collect`` calls are serialised by the registry lock."""
+    grows monotonically. Thread-safe: two scrapes at once (two Prometheus servers) each see the watermark moved
+    once; the registry does not serialise collectors."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._lock = threading.Lock()
         self._mark = 0.0
         self._base: dict[tuple[str, str, str], float] = {}
 
     def totals(self, now: float) -> dict[tuple[str, str, str], float]:
         settled = now - _USAGE_SETTLE_S
-        if settled > self._mark:
-            for u in self._store.usage(self._mark, settled):
-                key = (u.tenant, u.pool, u.gpu_model)
-                self._base[key] = self._base.get(key, 0.0) + u.gpu_seconds
-            self._mark = settled
-        out = dict(self._base)
-        for u in self._store.usage(self._mark, max(now, self._mark)):
+        with self._lock:
+            if settled > self._mark:
+                for u in self._store.usage(self._mark, settled):
+                    key = (u.tenant, u.pool, u.gpu_model)
+                    self._base[key] = self._base.get(key, 0.0) + u.gpu_seconds
+                self._mark = settled
+            mark, out = self._mark, dict(self._base)
+        for u in self._store.usage(mark, max(now, mark)):
             key = (u.tenant, u.pool, u.gpu_model)
             out[key] = out.get(key, 0.0) + u.gpu_seconds
         return out

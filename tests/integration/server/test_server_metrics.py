@@ -9,6 +9,7 @@ import platform
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -150,14 +151,23 @@ def test_tenant_gpu_seconds_is_a_counter_that_only_grows(api: Api) -> None:
     seen = []
     for step in (10, 100, 200, 5):  # across the settling watermark (120 s) and back inside it
         api.clock.t += step
-        (total,) = [
-            v
-            for (name, labels), v in _samples(_scrape(api)).items()
-            if name == "gpupool_tenant_gpu_seconds_total" and ("tenant", "alice") in labels
-        ]
-        seen.append(total)
+        seen.append(_alice_gpu_seconds(api))
     # 2 GPUs for 10, 110, 310, 315 s: the total is exact whichever part came from the cached watermark.
     assert seen == [20.0, 220.0, 620.0, 630.0]
+    # Eight scrapes at once, the watermark due to move: it moves once, and each reads the same total.
+    api.clock.t += 500
+    with ThreadPoolExecutor(8) as pool:
+        totals = set(pool.map(lambda _: _alice_gpu_seconds(api), range(8)))
+    assert totals == {1630.0}
+
+
+def _alice_gpu_seconds(api: Api) -> float:
+    (total,) = [
+        v
+        for (name, labels), v in _samples(_scrape(api)).items()
+        if name == "gpupool_tenant_gpu_seconds_total" and ("tenant", "alice") in labels
+    ]
+    return total
 
 
 def test_promtool_check_metrics_passes_on_a_scrape(api: Api) -> None:
