@@ -280,17 +280,21 @@ class Chaos:
                 self._violate("lost", f"acknowledged {key} ({job_id}) is not stored as such: {stored.get(key)}")
         milli: dict[tuple[str, int], int] = defaultdict(int)
         held: dict[str, float] = defaultdict(float)
-        for _job, host, gpus, m, releasing, state, tenant in allocs:
+        holders: dict[str, list[str]] = defaultdict(list)  # tenant -> "job state host:gpus", for a breach's detail
+        for job, host, gpus, m, releasing, state, tenant in allocs:
             for g in json.loads(gpus):
                 milli[(host, g)] += m
                 if releasing is None and state in ("placed", "running"):
                     held[tenant] += m / 1000
+            if releasing is None and state in ("placed", "running"):
+                holders[tenant].append(f"{job} {state} {host}:{gpus}")
         for (host, g), m in milli.items():
             if m > 1000:
                 self._violate("gpu_twice", f"stored allocations give {m} milli of GPU {g} of {host}")
         for tenant, gpus in held.items():
             if gpus > QUOTAS.get(tenant, float("inf")) + 1e-9:
-                self._violate("quota", f"{tenant} holds {gpus:g} GPUs, its quota is {QUOTAS[tenant]}")
+                held_by = "; ".join(sorted(holders[tenant]))
+                self._violate("quota", f"{tenant} holds {gpus:g} GPUs, its quota is {QUOTAS[tenant]}: {held_by}")
         for (host, g), users in live.items():
             if len(users) > 1:
                 self._violate("gpu_twice", f"GPU {g} of {host} used by live processes of {sorted(users)}")
