@@ -35,14 +35,11 @@ from typing import Literal, ParamSpec, TypeVar
 
 from gpupool import __version__
 from gpupool.agent.containers import ContainerRuntime, containerize
-from gpupool.agent.emulated import EmulatedNode
-from gpupool.agent.gpu import FileGpuProbe, GpuProbe
 from gpupool.agent.health import NodeHealth, assess_node
-from gpupool.agent.ib import PortRates, SysfsIbProbe
+from gpupool.agent.ib import PortRates
 from gpupool.agent.isolation import Isolation, default_work_root, launch_files
 from gpupool.agent.launching import start_failure
 from gpupool.agent.nodetoken import KeptToken
-from gpupool.agent.nvml import NvmlGpuProbe, NvmlUnavailableError
 from gpupool.agent.push import CommandPoller, PollOutcome, PollRequest
 from gpupool.agent.reporter import (
     Backoff,
@@ -54,13 +51,12 @@ from gpupool.agent.reporter import (
     ServerUnavailableError,
 )
 from gpupool.agent.runtime import WorkloadRuntime, WorkloadState
+from gpupool.agent.sources import NodeSources
 from gpupool.agent.xid_log import XidEvent
 from gpupool.domain.errors import GpupoolError, InputError
 from gpupool.domain.events import HealthGrade, LinkState
 from gpupool.domain.health import HealthRules
 from gpupool.domain.workload import check_command
-from gpupool.fabric import jsonio
-from gpupool.fabric.model import Host
 from gpupool.fabric.parsers.sysfs import read_sysfs_infiniband
 from gpupool.schemas import agent as wire
 
@@ -105,50 +101,6 @@ class AgentSettings:
     labels: Mapping[str, str] = field(default_factory=dict)  # registered with the node (--label, a labels file)
     isolation: Isolation = field(default_factory=Isolation)  # who workloads run as, and how they are held
     containers: ContainerRuntime | None = None  # runs the jobs that name an image (None: this node cannot)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSources:
-    """Where this node's facts come from. ``host``: the fabric's view of an emulated node (NVLink islands,
-    NUMA, CPU and memory), None on real hardware."""
-
-    gpus: GpuProbe | None
-    ib: SysfsIbProbe | None
-    emulated: EmulatedNode | None = None
-    host: Host | None = None
-
-
-def emulated_sources(fabric_path: Path, host_name: str, root: Path) -> NodeSources:
-    """An emulated node for ``host_name`` of the fabric JSON, under ``root``; the real probes read it."""
-    fabric = jsonio.load(fabric_path)
-    if not fabric.has_host(host_name):
-        raise InputError(f"host {host_name!r} is not in the fabric", source=str(fabric_path))
-    host = fabric.host(host_name)
-    node = EmulatedNode(root, host, [fabric.hcas[fabric.hca_index(g)] for g in host.hcas])
-    return NodeSources(
-        gpus=FileGpuProbe(node.smi_xml_path, node.kernel_log_path),
-        ib=SysfsIbProbe(node.sysfs_root),
-        emulated=node,
-        host=host,
-    )
-
-
-def hardware_sources(
-    sysfs_root: Path, smi_xml: Path | None, kernel_log: Path | None, log: Callable[[str], None]
-) -> NodeSources:
-    """NVML when it starts, else an ``nvidia-smi -q -x`` file when given, else no GPUs; IB from sysfs."""
-    gpus: GpuProbe | None = None
-    if smi_xml is not None:
-        gpus = FileGpuProbe(smi_xml, kernel_log)
-    else:
-        try:
-            gpus = NvmlGpuProbe()
-        except NvmlUnavailableError as e:
-            log(f"no GPUs: {e}")
-    ib = SysfsIbProbe(sysfs_root) if sysfs_root.is_dir() else None
-    if ib is None:
-        log(f"no InfiniBand: {sysfs_root} does not exist")
-    return NodeSources(gpus=gpus, ib=ib)
 
 
 def _memory_mib() -> int:

@@ -16,13 +16,7 @@ import typer
 
 from gpupool.agent.cgroups import CgroupBackend, detect
 from gpupool.agent.containers import find_runtime
-from gpupool.agent.daemon import (
-    Agent,
-    AgentSettings,
-    default_host,
-    emulated_sources,
-    hardware_sources,
-)
+from gpupool.agent.daemon import Agent, AgentSettings, default_host
 from gpupool.agent.identity import DEFAULT_PREFIX, UserMap, load_user_map
 from gpupool.agent.isolation import (
     DEFAULT_PIDS_MAX,
@@ -33,6 +27,7 @@ from gpupool.agent.isolation import (
 )
 from gpupool.agent.logserver import LogServer
 from gpupool.agent.reporter import ServerClient
+from gpupool.agent.sources import emulated_sources, hardware_sources
 from gpupool.domain.errors import InputError
 from gpupool.domain.labels import parse_assignments, parse_labels_file
 

@@ -21,9 +21,10 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from gpupool.agent.daemon import Agent, AgentSettings, emulated_sources
+from gpupool.agent.daemon import Agent, AgentSettings
 from gpupool.agent.logserver import LogServer
 from gpupool.agent.reporter import Backoff, BackoffPolicy, RegistrationRefusedError, ServerClient
+from gpupool.agent.sources import emulated_sources
 from gpupool.fabric import jsonio
 from gpupool.fabric.generators import superpod
 from gpupool.schemas import agent as wire
