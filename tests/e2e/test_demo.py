@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -27,6 +28,10 @@ def alive(pid: int) -> bool:
     return st is not None and st[1] != "Z"
 
 
+def _drain(pipe: IO[str], into: list[str]) -> None:
+    into.extend(iter(pipe.readline, ""))
+
+
 def test_demo_runs_jobs_survives_a_paused_server_and_cleans_up_every_process(tmp_path: Path) -> None:
     """Invariant: a server that answers nothing for PAUSE_S (SIGSTOP) does not stop the demo: it carries on,
     reports again once the server answers, and still stops every process it started at the end."""
@@ -35,9 +40,15 @@ def test_demo_runs_jobs_survives_a_paused_server_and_cleans_up_every_process(tmp
         [*argv, "--wave", "60", "--workdir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     lines: list[str] = []
-    assert proc.stdout is not None
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
+    errs: list[str] = []
+    # Both pipes read by threads of their own (communicate() would race the stdout reader for the last lines).
+    readers = [
+        threading.Thread(target=_drain, args=(pipe, into), daemon=True)
+        for pipe, into in ((proc.stdout, lines), (proc.stderr, errs))
+        if pipe is not None
+    ]
+    for reader in readers:
+        reader.start()
     try:
         until(lambda: any("jobs:" in ln for ln in lines), 120, "a first status line")
         server = json.loads((tmp_path / "pids.json").read_text())[0]
@@ -46,12 +57,14 @@ def test_demo_runs_jobs_survives_a_paused_server_and_cleans_up_every_process(tmp
         seen = len(lines)
         os.kill(server, signal.SIGCONT)
         until(lambda: any("jobs:" in ln for ln in lines[seen:]), 60, "a status line after the pause")
-        _, err = proc.communicate(timeout=240)
+        proc.wait(timeout=240)
+        for reader in readers:
+            reader.join(10)  # the pipes close as the demo exits
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    out = "".join(lines)
+    out, err = "".join(lines), "".join(errs)
     assert proc.returncode == 0, err[-2000:]
     assert "Traceback" not in err, err[-2000:]
     assert "API        http://127.0.0.1:" in out and " jobs" in out
