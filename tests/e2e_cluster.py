@@ -24,7 +24,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +220,29 @@ class Cluster:
             self.proxy.close()
         self.http.close()
         shutil.rmtree(self.work, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running(root: Path, agents: Sequence[str], **settings: str) -> Iterator[Cluster]:
+    """A cluster with an agent on each of ``agents``, every node up, closed on exit. Nodes are judged lost
+    only after 10 s unless ``settings`` say otherwise: a loaded build box delays beats, and the tests that use
+    this are not about node loss."""
+    c = Cluster(root, **{"GPUPOOL_NODE_LOST_AFTER_S": "10", **settings})
+    try:
+        for h in agents:
+            c.start_agent(h)
+        until(lambda: all_up(c, tuple(agents)), 90, "the nodes up")
+        yield c
+    finally:
+        c.close()
+
+
+def shared_dir(c: Cluster, name: str) -> Path:
+    """A folder every workload may write to, whichever user its agent runs it as."""
+    out = c.work / name
+    out.mkdir()
+    out.chmod(0o777)
+    return out
 
 
 def all_up(c: Cluster, hosts: tuple[str, ...] | None = None) -> bool:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from e2e_cluster import ADMIN, HOSTS, Cluster, all_up
+from e2e_cluster import ADMIN, HOSTS, Cluster, running
 from procs import until
 
 AGENTS = HOSTS[:2]
@@ -34,14 +34,8 @@ rates:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("acct")
     (root / "rates.yaml").write_text(RATES)
-    c = Cluster(root, GPUPOOL_NODE_LOST_AFTER_S="10", GPUPOOL_RATE_CARD_PATH=str(root / "rates.yaml"))
-    try:
-        for h in AGENTS:
-            c.start_agent(h)
-        until(lambda: all_up(c, AGENTS), 90, "the nodes up")
+    with running(root, AGENTS, GPUPOOL_RATE_CARD_PATH=str(root / "rates.yaml")) as c:
         yield c
-    finally:
-        c.close()
 
 
 def gpupool(c: Cluster, *args: str) -> str:

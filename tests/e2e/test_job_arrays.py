@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_cluster import HOSTS, Cluster, all_up
+from e2e_cluster import HOSTS, Cluster, running, shared_dir
 from isolation_support import python_for_others
 from procs import until
 
@@ -23,22 +23,8 @@ AGENTS = HOSTS[:2]  # 16 GPUs
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    # Nodes judged lost after 10 s: a loaded build box delays beats, and these tests are not about node loss.
-    c = Cluster(tmp_path_factory.mktemp("arrays"), GPUPOOL_NODE_LOST_AFTER_S="10")
-    try:
-        for h in AGENTS:
-            c.start_agent(h)
-        until(lambda: all_up(c, AGENTS), 90, "the nodes up")
+    with running(tmp_path_factory.mktemp("arrays"), AGENTS) as c:
         yield c
-    finally:
-        c.close()
-
-
-def shared(c: Cluster, name: str) -> Path:
-    out = c.work / name
-    out.mkdir()
-    out.chmod(0o777)
-    return out
 
 
 def timed(out: Path, name: str, seconds: float = 0.0, code: int = 0) -> str:
@@ -57,7 +43,7 @@ def test_an_array_capped_at_4_never_runs_more_than_4_at_once(cluster: Cluster) -
     """Invariant: the cap is the scheduler's (an admit-stage rule), so at no moment do more than 4 elements
     run, whatever capacity is free; every element runs once, with its own index."""
     c = cluster
-    out = shared(c, "array")
+    out = shared_dir(c, "array")
     body = {
         "command": [python_for_others(), "-c", timed(out, "{GPUPOOL_ARRAY_INDEX}", 1.0)],
         "gpus_per_task": 1,
@@ -85,7 +71,7 @@ def test_an_afterok_chain_runs_in_order_and_a_broken_link_cancels_the_rest(clust
     the server is killed -9 while the link before it runs; a link that fails cancels every later link,
     each naming the job that broke it."""
     c = cluster
-    out = shared(c, "chain")
+    out = shared_dir(c, "chain")
     a = submit(c, timed(out, "a", 0.5))
     b = submit(c, timed(out, "b", 3.0), a)
     cc = submit(c, timed(out, "c"), b)

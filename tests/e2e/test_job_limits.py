@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_cluster import HOSTS, Cluster, all_up, ranks_when
+from e2e_cluster import HOSTS, Cluster, ranks_when, running, shared_dir
 from procs import until
 
 LEAD_S = 2.0
@@ -27,28 +27,8 @@ AGENTS = HOSTS[:2]  # two 8-GPU nodes: a 2x8 gang spans both
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    # Nodes are judged lost only after 10 s: a loaded build box delays beats, and a requeue after a node
-    # loss is not what these tests are about.
-    c = Cluster(
-        tmp_path_factory.mktemp("limits"),
-        GPUPOOL_SCHEDULER__TIME_LIMIT_LEAD_S=str(LEAD_S),
-        GPUPOOL_NODE_LOST_AFTER_S="10",
-    )
-    try:
-        for h in AGENTS:
-            c.start_agent(h)
-        until(lambda: all_up(c, AGENTS), 90, "the nodes up")
+    with running(tmp_path_factory.mktemp("limits"), AGENTS, GPUPOOL_SCHEDULER__TIME_LIMIT_LEAD_S=str(LEAD_S)) as c:
         yield c
-    finally:
-        c.close()
-
-
-def shared(c: Cluster, name: str) -> Path:
-    """A folder every workload may write to, whichever user its agent runs it as."""
-    out = c.work / name
-    out.mkdir()
-    out.chmod(0o777)
-    return out
 
 
 def waits_for_its_limit(out: Path) -> str:
@@ -71,7 +51,7 @@ def test_a_job_past_its_limit_gets_the_signal_then_stops_as_timeout(cluster: Clu
     """Invariant: the time limit is the job's contract: a checkpoint signal within the lead, then a stop at
     the limit, recorded as timeout (not failed, not finished) with the reason."""
     c = cluster
-    out = shared(c, "limit")
+    out = shared_dir(c, "limit")
     job = c.submit(waits_for_its_limit(out), tasks=1, gpus=8, time_limit_s=5.0)
     until(lambda: (out / "start").exists(), 30, "the job started")
     until(lambda: c.job(job)["state"] == "timeout", 30, "the job timed out")
@@ -91,7 +71,7 @@ def test_a_job_past_its_limit_gets_the_signal_then_stops_as_timeout(cluster: Clu
 def test_a_failing_job_is_retried_twice_then_failed_with_three_attempts(cluster: Cluster) -> None:
     """Invariant: a run that fails uses one retry; with none left the job fails; every run is kept."""
     c = cluster
-    out = shared(c, "retries")
+    out = shared_dir(c, "retries")
     code = (
         "import os, sys\n"
         f"open({str(out)!r} + '/attempt-' + os.environ['GPUPOOL_ATTEMPT'], 'w').write(os.environ['GPUPOOL_ASSIGNMENT_ID'])\n"

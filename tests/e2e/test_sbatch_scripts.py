@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_cluster import HOSTS, Cluster, all_up
+from e2e_cluster import HOSTS, Cluster, running
 from procs import until
 
 AGENTS = HOSTS[:2]  # 16 GPUs
@@ -46,14 +46,8 @@ echo "$SLURM_JOB_NAME node $SLURM_NODEID proc $SLURM_PROCID of $SLURM_NTASKS on 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("sbatch"), GPUPOOL_NODE_LOST_AFTER_S="10")
-    try:
-        for h in AGENTS:
-            c.start_agent(h)
-        until(lambda: all_up(c, AGENTS), 90, "the nodes up")
+    with running(tmp_path_factory.mktemp("sbatch"), AGENTS) as c:
         yield c
-    finally:
-        c.close()
 
 
 def sbatch(c: Cluster, token: str, cwd: Path, *args: str) -> str:
