@@ -267,8 +267,8 @@ class AgentGateway:
         return commands
 
     def _signals(self, host: str, executed: Sequence[str] | None) -> list[SignalCommand]:
-        """The stored signals for ``host`` its agent has not carried out; those it has are deleted. An older
-        agent, which reports nothing carried out, gets each once: deleted as it is sent."""
+        """The stored signals for ``host`` its agent has not carried out; those it has are marked done. An older
+        agent, which reports nothing carried out, gets each once: marked done as it is sent."""
         stored = self._hosts.commands(host)
         if not stored:
             return []
@@ -284,7 +284,7 @@ class AgentGateway:
                 self._store.ack_commands(host, settled)
                 self._hosts.invalidate()
             except GpupoolError as e:  # kept: the agent lists them again, and a repeat is harmless
-                log.info("signals of %s not deleted: %s", host, e)
+                log.info("signals of %s not marked done: %s", host, e)
         return out
 
     def report(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:

@@ -3,7 +3,8 @@
 Launches and stops are derived from the assignments by whichever replica an agent talks to; a signal is an
 event, so it is a row (``AgentCommandRow``): queued by the scheduling loop under its lease (``fence``), sent
 by any replica on every reply to the agent until the agent reports it carried it out (``ack_commands``),
-then deleted. The agent carries out a command id at most once, so a repeat (a replica whose cache is a
+then kept, marked done (``done_s``), so that a new leader deciding the same checkpoint again finds the rank
+signalled already. The agent carries out a command id at most once, so a repeat (a replica whose cache is a
 moment old, a reply lost on the way) is harmless. A command dies with its rank's row (``ON DELETE CASCADE``):
 a rank whose process is gone needs no signal.
 """
@@ -15,7 +16,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from gpupool.store.base import StoreBase, dumps, loads
@@ -52,8 +53,9 @@ class CommandsMixin(StoreBase):
     ) -> list[AgentCommand]:
         """A ``signal`` command for each named rank that still has its row (others are gone: nothing to
         signal), in one transaction; ``fence``: the scheduling loop's lease, checked first. A rank that already
-        has the same signal stored and not yet carried out gets no second one (that one is returned): a new
-        leader, whose cycle decides again the checkpoint its predecessor stored, must not double it."""
+        has the same signal stored gets no second one: a new leader, whose cycle decides again the checkpoint
+        its predecessor stored, must not double it. A pending one is returned; one carried out is not (there is
+        nothing more to send)."""
         with self._tx(write=True, fence=fence) as s:
             rows = self._signal_rows(s, assignment_ids, signal, fence)
             s.flush()  # the ids
@@ -79,7 +81,8 @@ class CommandsMixin(StoreBase):
                 )
             ).first()
             if stored is not None:
-                out.append(stored)
+                if stored.done_s is None:
+                    out.append(stored)
                 continue
             row = AgentCommandRow(
                 host=rank.host,
@@ -96,22 +99,25 @@ class CommandsMixin(StoreBase):
         return out
 
     def agent_commands(self) -> dict[str, tuple[AgentCommand, ...]]:
-        """Every stored command, per host, oldest first: one read for all hosts (the host cache's reload)."""
+        """Every stored command not yet carried out, per host, oldest first: one read for all hosts (the host
+        cache's reload)."""
         by_host: dict[str, list[AgentCommand]] = defaultdict(list)
         with self._tx(write=False) as s:
-            for row in s.scalars(select(AgentCommandRow).order_by(AgentCommandRow.id)):
+            pending = select(AgentCommandRow).where(AgentCommandRow.done_s.is_(None)).order_by(AgentCommandRow.id)
+            for row in s.scalars(pending):
                 by_host[row.host].append(_command(row))
         return {h: tuple(c) for h, c in by_host.items()}
 
     def ack_commands(self, host: str, command_ids: Collection[str]) -> int:
-        """``host``'s agent carried these out: delete them (another host's ids are left alone). How many."""
+        """``host``'s agent carried these out: mark them done (another host's ids are left alone). How many."""
         ids = [int(c) for c in command_ids if c.isdigit()]
         if not ids:
             return 0
         with self._tx(write=True) as s:
             done = s.execute(
-                delete(AgentCommandRow)
-                .where(AgentCommandRow.host == host, AgentCommandRow.id.in_(ids))
+                update(AgentCommandRow)
+                .where(AgentCommandRow.host == host, AgentCommandRow.id.in_(ids), AgentCommandRow.done_s.is_(None))
+                .values(done_s=self._clock())
                 .execution_options(synchronize_session=False)
             )
             return int(getattr(done, "rowcount", 0) or 0)

@@ -274,8 +274,9 @@ class AgentCommandRow(Base):
     """A command for a node's agent that its stored assignments cannot say (migration 0007): a checkpoint signal.
 
     Written by the scheduling loop (fenced, with its lease token), sent by whichever replica the agent talks to
-    on every heartbeat reply and commands poll until the agent reports it carried it out, then deleted. It
-    belongs to one rank: when the rank's row goes (its process confirmed gone), the command goes with it."""
+    on every heartbeat reply and commands poll until the agent reports it carried it out, then kept as done
+    (migration 0012: so the rank is never signalled twice). It belongs to one rank: when the rank's row goes
+    (its process confirmed gone), the command goes with it."""
 
     __tablename__ = "agent_commands"
     __table_args__ = (
@@ -294,3 +295,4 @@ class AgentCommandRow(Base):
     payload: Mapped[str] = mapped_column(Text, default="{}")  # JSON object: {"signal": "checkpoint"}
     created_s: Mapped[float] = mapped_column(Float)
     leader_token: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    done_s: Mapped[float | None] = mapped_column(Float, nullable=True)  # carried out by its agent; None: not yet

@@ -23,7 +23,7 @@ def beat(api: Api, host: str, node: dict[str, str], workloads: list[dict[str, An
 
 def stored_commands(api: Api) -> list[tuple[str, int | None]]:
     with api.srv.store._engine.connect() as conn:
-        rows = conn.execute(sa.text("SELECT host, leader_token FROM agent_commands")).all()
+        rows = conn.execute(sa.text("SELECT host, leader_token FROM agent_commands WHERE done_s IS NULL")).all()
     return [(str(h), t) for h, t in rows]
 
 
@@ -59,8 +59,12 @@ def test_a_checkpoint_signal_is_stored_and_sent_by_any_replica_until_the_agent_r
                 (sig,) = beat(other, "gpu-01", node, running, executed=[])
                 assert (sig["kind"], sig["assignment_id"]) == ("signal", launch["assignment_id"])
             assert sig["command_id"] == again.command_id != ""
-            # Carried out: listed as executed, deleted, and sent no more by either replica.
+            # Carried out: listed as executed, marked done, and sent no more by either replica.
             assert beat(other, "gpu-01", node, running, executed=[sig["command_id"]]) == []
+            assert stored_commands(leader) == []
+            # Decided again after it was carried out (a new leader, the rank still in its grace): the rank was
+            # signalled already, so nothing is stored or sent (it was stored and sent a second time before).
+            assert leader.srv.store.queue_signals([launch["assignment_id"]]) == []
             assert stored_commands(leader) == []
             clock.t += leader.srv.settings.host_cache_s
             leader.srv.loop.run_cycle()  # the same (job, preemption time): not signalled again
@@ -70,7 +74,7 @@ def test_a_checkpoint_signal_is_stored_and_sent_by_any_replica_until_the_agent_r
 
 def test_an_older_agent_gets_a_stored_signal_once(api: Api) -> None:
     """An agent that reports nothing executed (a protocol field it does not know) gets each signal once, as
-    before: the signal is deleted as it is sent."""
+    before: the signal is marked done as it is sent."""
     alice, bob = api.tenant("alice"), api.tenant("bob")
     for tenant, nominal in (("alice", 0), ("bob", 8)):
         body = {"pool": "default", "nominal_gpus": nominal, "cohort": "lab"}
