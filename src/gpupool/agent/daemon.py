@@ -190,6 +190,7 @@ class Agent:
         self._state: dict[str, str] = {}  # last state this agent has seen (and so reported) per assignment
         self._changed_at: dict[str, float] = {}
         self._undelivered: dict[str, wire.WorkloadStatus] = {}  # finished, not yet acknowledged by a beat
+        self._seen_server_s: float | None = None  # the latest server_time_s of a reply whose commands were carried out
         self._kill_at: dict[str, float] = {}  # stopping: SIGKILL at this clock() time if still alive
         # The agent's state (children, reports, token): held by ``run``'s loop except around HTTP calls and
         # naps, and by the command poller's callbacks; every other method is called with it held.
@@ -489,6 +490,10 @@ class Agent:
             self.log(f"{aid}: checkpoint signal (command {cmd.command_id})")
         self._executed.add(cmd.command_id)
 
+    def _carried_out(self, server_time_s: float) -> None:
+        """A reply's commands are carried out: later beats say so (``seen_server_s``), whichever reply came last."""
+        self._seen_server_s = max(self._seen_server_s or server_time_s, server_time_s)
+
     def _settle(self, commands: tuple[wire.LaunchCommand | wire.StopCommand | wire.SignalCommand, ...]) -> None:
         """Stop reporting as executed the commands a reply no longer carries: the server has deleted them."""
         self._executed &= {c.command_id for c in commands if isinstance(c, wire.SignalCommand)}
@@ -520,6 +525,7 @@ class Agent:
             xids=xids,
             workloads=tuple(self._reported()),
             executed=tuple(sorted(self._executed)),
+            seen_server_s=self._seen_server_s,
         )
         assert self.node_token is not None
         reply = self._unlocked(self.client.heartbeat, self.settings.host, self.node_token, req)
@@ -538,6 +544,7 @@ class Agent:
         self._next_beat = max(start + self.interval_s, self.clock())
         self._settle(reply.commands)
         self.execute(reply.commands)
+        self._carried_out(reply.server_time_s)
         self.tick()  # report the launches and fast exits at once rather than at the next beat
 
     def step(self) -> None:
@@ -589,6 +596,7 @@ class Agent:
                 self._held = tuple(wire.command_key(c) for c in out.reply.commands if c.kind != "signal")
                 self._settle(out.reply.commands)
                 self.execute(out.reply.commands)  # the loop's next tick reports them: the next poll opens now
+                self._carried_out(out.reply.server_time_s)
                 return
             self._held = ()  # whatever answers next (a restarted server, another replica) is asked for everything
             if isinstance(out.error, NodeUnknownError):

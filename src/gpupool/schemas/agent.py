@@ -185,6 +185,10 @@ class HeartbeatRequest(_Msg):
     # ``command_id`` of each stored command (a signal) this agent has carried out: the server deletes them and
     # sends them no more. None: an agent older than this field, to which a signal is sent once, not repeated.
     executed: tuple[str, ...] | None = None
+    # The latest ``server_time_s`` of a reply (beat or commands) whose commands the agent had carried out when
+    # it built this beat: proof that the beat is not older than a launch sent before that time. The server
+    # judges a stopped rank gone by its absence only from such a beat. None: an agent older than this field.
+    seen_server_s: float | None = None
 
 
 class MountSpec(_Msg):

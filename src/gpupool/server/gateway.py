@@ -229,7 +229,7 @@ class AgentGateway:
         self._live.put(events)
         acked = self._apply(host, req.workloads)
         self._watch(host, req.workloads)
-        self._released(host, req.workloads)
+        self._released(host, req.workloads, req.seen_server_s)
         return HeartbeatReply(
             commands=tuple(self.commands(host, req.workloads, req.executed)),
             heartbeat_interval_s=self._settings.heartbeat_interval_s,
@@ -326,19 +326,25 @@ class AgentGateway:
             self._wake()
         return acked
 
-    def _released(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:
+    def _released(self, host: str, workloads: Sequence[WorkloadStatus], seen_server_s: float | None) -> None:
         """Free the GPUs of ``host``'s releasing ranks whose processes its agent confirms gone: reported ended,
-        or no longer listed (an agent lists every process it runs). A rank launched or placed within the last
-        two beats is not judged by its absence: this beat may have left before its launch."""
+        or no longer listed (an agent lists every process it runs) by a beat built after the rank's stop.
+
+        Absence proves nothing about a launch the agent had not received when it built the beat: a launch sent
+        just before a cancel may still be on its way, or carried out after this beat left. So a beat counts
+        only once it was built ``settle`` (two beats) after the stop, by the server's clock: the agent says
+        which reply it had carried out (``seen_server_s``); for an older agent, the beat's arrival stands in."""
         listed = {w.assignment_id: w for w in workloads}
         now, settle = self._clock(), 2 * self._settings.heartbeat_interval_s
+        built_after = now if seen_server_s is None else seen_server_s
         gone = []
         for a in self._hosts.assignments(host):
             if not a.releasing:
                 continue
             w = listed.get(a.assignment_id)
             ended = w is not None and w.state in ("exited", "lost")
-            absent = w is None and now - max(a.launched_s or 0.0, a.placed_s or 0.0) > settle
+            since = max(a.launched_s or 0.0, a.placed_s or 0.0, a.releasing_s or 0.0)
+            absent = w is None and built_after - since > settle
             if ended or absent:
                 gone.append(a.assignment_id)
         if gone and self._store.release_ranks(host, gone):

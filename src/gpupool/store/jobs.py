@@ -394,9 +394,11 @@ class JobsMixin(StoreBase):
 
     @staticmethod
     def _free(s: Session, job_id: str, now: float, outcome: str, reason: str, exit_code: int | None = None) -> None:
-        """The job no longer holds its allocation: ranks that ended, or were never reported launched, are
-        deleted; ranks whose process may still run become releasing, their GPUs held until their agent
-        confirms the process gone (``release_ranks``). Its run ends as ``outcome``, with ``reason``."""
+        """The job no longer holds its allocation: ranks that ended are deleted; every other rank becomes
+        releasing, its GPUs held until its agent confirms the process gone (``release_ranks``). That includes a
+        rank never reported launched: its launch may be on its way or carried out with the report still in
+        flight (a cancel 0.1 s after the launch handed its GPUs to the next job while the process ran on).
+        Its run ends as ``outcome``, with ``reason``."""
         s.execute(
             update(JobAttemptRow)
             .where(JobAttemptRow.job_id == job_id, JobAttemptRow.ended_s.is_(None))
@@ -404,8 +406,7 @@ class JobsMixin(StoreBase):
             .execution_options(synchronize_session=False)
         )
         mine = AllocationRow.job_id == job_id
-        gone = or_(AllocationRow.exited_s.is_not(None), AllocationRow.launched_s.is_(None))
-        s.execute(delete(AllocationRow).where(mine, gone))
+        s.execute(delete(AllocationRow).where(mine, AllocationRow.exited_s.is_not(None)))
         s.execute(
             update(AllocationRow)
             .where(mine, AllocationRow.releasing_s.is_(None))

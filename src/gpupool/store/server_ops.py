@@ -117,6 +117,7 @@ class Assignment:
     # stay held until then).
     releasing: bool = False
     launched_s: float | None = None
+    releasing_s: float | None = None  # when its job stopped (the server's clock): its agent's absence counts after
 
 
 def assignment_id(job_id: str, assignment: int, rank: int) -> str:
@@ -439,6 +440,7 @@ class ServerOps(AgentRegistry):
                         a.exited_s is not None,
                         a.releasing_s is not None,
                         a.launched_s,
+                        a.releasing_s,
                     )
                 )
         return out

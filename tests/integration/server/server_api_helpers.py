@@ -64,8 +64,17 @@ class Api:
         self.node_tokens[host] = r.json()["node_token"]
         return {"Authorization": f"Bearer {r.json()['node_token']}"}
 
-    def beat(self, host: str, node: dict[str, str], workloads: list[dict[str, Any]] | None = None) -> list[Any]:
-        body = {"seq": 1, "at_s": self.clock.t, "workloads": workloads or []}
+    def beat(
+        self,
+        host: str,
+        node: dict[str, str],
+        workloads: list[dict[str, Any]] | None = None,
+        seen_server_s: float | None = None,
+    ) -> list[Any]:
+        """One heartbeat; ``seen_server_s``: the latest reply the agent says it carried out (None: unsaid)."""
+        body: dict[str, Any] = {"seq": 1, "at_s": self.clock.t, "workloads": workloads or []}
+        if seen_server_s is not None:
+            body["seen_server_s"] = seen_server_s
         r = self.client.post(f"/v1/agents/{host}/heartbeat", json=body, headers=node)
         assert r.status_code == 200, r.text
         return list(r.json()["commands"])

@@ -338,3 +338,54 @@ def test_a_launch_the_host_cache_still_holds_but_the_store_no_longer_does_is_not
     with api.srv.store._tx(write=True) as s:  # another replica's write, which this one's cache has not seen
         s.execute(delete(AllocationRow).where(AllocationRow.job_id == launch["job_id"]))
     assert api.beat("gpu-01", node) == []
+
+
+def test_a_job_cancelled_before_its_launch_is_reported_keeps_its_gpus_until_its_agent_says_it_is_gone(
+    api: Api,
+) -> None:
+    """Invariant: no GPU handed over while a process may run on it. The launch went out, the agent may have
+    carried it out, and the cancel came before any report of it (0.1 s after a launch is enough on a busy node):
+    the rank holds its GPUs (releasing). A beat that does not list it frees them only when it was built two
+    beats after the cancel, by the server's clock: the agent says which reply it had carried out, or (an older
+    agent) the beat's arrival stands in. A beat built earlier may predate the launch's arrival."""
+    alice = api.tenant("alice")
+    node = api.register("gpu-01", gpus=2)
+    body = {**JOB, "gpus_per_task": 2}
+    old = api.client.post("/v1/jobs", json=body, headers=alice).json()["job"]["id"]
+    api.srv.loop.run_cycle()
+    (launch,) = api.beat("gpu-01", node)
+    new = api.client.post("/v1/jobs", json=body, headers=alice).json()["job"]["id"]
+    cancelled_at = api.clock.t
+    assert api.client.post(f"/v1/jobs/{old}/cancel", headers=alice).json()["state"] == "cancelled"
+    assert api.srv.loop.run_cycle().placed == 0  # held: the launch may have been carried out
+    settle = 2 * api.srv.settings.heartbeat_interval_s
+    # Beats that list nothing, but were built before the agent could have received the launch: not proof.
+    api.clock.t += settle + 1
+    assert api.beat("gpu-01", node, [], seen_server_s=cancelled_at - 1) == []
+    assert api.beat("gpu-01", node, [], seen_server_s=cancelled_at + settle - 1) == []
+    assert api.srv.loop.run_cycle().placed == 0
+    # Built after it carried out a reply sent two beats after the cancel: the rank is gone, its GPUs are free.
+    assert api.beat("gpu-01", node, [], seen_server_s=cancelled_at + settle + 0.5) == []
+    assert api.srv.loop.run_cycle().placed == 1
+    assert api.client.get(f"/v1/jobs/{new}", headers=alice).json()["state"] == "placed"
+    assert launch["job_id"] == old
+
+
+def test_an_older_agent_s_beat_counts_by_its_arrival_two_beats_after_the_stop(api: Api) -> None:
+    """An agent that does not say which reply it carried out: a beat that does not list the stopped rank frees
+    its GPUs only when it arrives two beats after the stop."""
+    alice = api.tenant("alice")
+    node = api.register("gpu-01", gpus=2)
+    body = {**JOB, "gpus_per_task": 2}
+    old = api.client.post("/v1/jobs", json=body, headers=alice).json()["job"]["id"]
+    api.srv.loop.run_cycle()
+    api.beat("gpu-01", node)
+    api.client.post("/v1/jobs", json=body, headers=alice)
+    api.client.post(f"/v1/jobs/{old}/cancel", headers=alice)
+    settle = 2 * api.srv.settings.heartbeat_interval_s
+    api.clock.t += settle - 1
+    api.beat("gpu-01", node, [])
+    assert api.srv.loop.run_cycle().placed == 0
+    api.clock.t += 2
+    api.beat("gpu-01", node, [])
+    assert api.srv.loop.run_cycle().placed == 1

@@ -31,6 +31,14 @@ def place(store: Store, job_id: str) -> int:
     return store.record_allocation(job_id, rec.version, alloc, "scheduler").version
 
 
+def confirm_gone(store: Store, job_id: str, alloc: int) -> None:
+    """The agents of h1 and h2 confirm the ranks of that allocation gone: their GPUs are free again. A rank
+    stopped before any report of its launch holds its GPUs until then too (its launch may have been carried
+    out with the report still on its way)."""
+    for rank, host in enumerate(("h1", "h2")):
+        store.release_ranks(host, [f"{job_id}.{alloc}.{rank}"])
+
+
 def run_and_exit(store: Store, clock: Clock, job_id: str, codes: tuple[int, int]) -> JobState | None:
     alloc = place(store, job_id)
     clock.t += 10
@@ -87,6 +95,7 @@ def test_a_lost_rank_is_retried_only_when_the_policy_names_node_lost(
     out = nodes.record_rank(RankReport("lost", alloc, 1, "h2", "lost", None), "agent")
     assert out.state is JobState.PENDING
     assert nodes.attempts("lost")[0].state == "node_lost"
+    confirm_gone(nodes, "lost", alloc)  # rank 0, never reported launched, held h1's GPU 0 until now
     assert run_and_exit(nodes, clock, "exits", (0, 1)) is JobState.FAILED  # a failure is not a cause it names
 
 
@@ -95,15 +104,17 @@ def test_requeues_are_free_unless_the_policy_counts_them(nodes: Store, clock: Cl
     nodes.submit_job(make_spec("free", tasks=2), None, "t")
     nodes.submit_job(make_spec("counted", tasks=2, retry=counted), None, "t")
     for _ in range(3):  # a job without a policy is requeued however often it is preempted
-        place(nodes, "free")
+        alloc = place(nodes, "free")
         rec = nodes.release_allocation("free", nodes.get_job("free").version, "scheduler", cause=RetryOn.PREEMPTION)
         assert rec.state is JobState.PENDING
+        confirm_gone(nodes, "free", alloc)
     assert [a.state for a in nodes.attempts("free")] == ["preempted"] * 3
-    place(nodes, "counted")
+    alloc = place(nodes, "counted")
     rec = nodes.release_allocation(
         "counted", nodes.get_job("counted").version, "s", reason="x", cause=RetryOn.PREEMPTION
     )
     assert rec.state is JobState.PENDING and "retry 1 of 1" in rec.reason
+    confirm_gone(nodes, "counted", alloc)
     place(nodes, "counted")
     rec = nodes.release_allocation(
         "counted", nodes.get_job("counted").version, "s", reason="x", cause=RetryOn.PREEMPTION
