@@ -51,7 +51,7 @@ def run(url: str, token: str, *args: str, cwd: Path | None = None) -> tuple[int,
 
 
 def tenant_token(url: str, tenant: str) -> str:
-    code, _, err = run(url, ADMIN, "admin", "tenant", tenant)
+    code, _, err = run(url, ADMIN, "admin", "tenants", "create", tenant)
     assert code == 0, err
     code, out, err = run(url, ADMIN, "admin", "tokens", "create", "--tenant", tenant)
     assert code == 0, err

@@ -189,7 +189,7 @@ CASES: list[tuple[str, tuple[str, ...], bool]] = [
     ("usage --from -5", ("from",), True),
     ("job j-does-not-exist", ("j-does-not-exist",), True),
     ("jobs", ("does not answer",), False),
-    ("admin tenant team-b --weight -1", ("weight",), True),
+    ("admin tenants create team-b --weight -1", ("--weight",), True),
     # batch scripts, accounting, job files
     ("sbatch {binary}", ("binary.dat", "UTF-8"), True),
     ("sbatch {folder}", ("folder", "cannot read the batch script"), True),
@@ -395,7 +395,7 @@ def test_a_server_that_is_down_is_one_line(files: Files, preloaded: None) -> Non
     """Every client command against a port where nothing listens: one line naming the server, exit 2."""
     down = f"http://127.0.0.1:{free_port()}"
     for argv in ("jobs", "job j-1", "cancel j-1", "nodes", "drain dgx001", "undrain dgx001", "label dgx001",
-                 "pools", "usage", "logs j-1", "admin tenant t", "admin tokens create --tenant t",
+                 "pools", "usage", "logs j-1", "admin tenants create t", "admin tokens create --tenant t",
                  "admin tokens list", "admin tokens revoke x", "admin join-tokens create", "admin join-tokens list",
                  "admin join-tokens revoke x", "submit -- /bin/true"):  # fmt: skip
         code, err = run_forked(argv.split(), {"GPUPOOL_SERVER": down, "GPUPOOL_CONFIG": "/nonexistent"}, files.root)

@@ -25,7 +25,7 @@ def _tokens(url: str) -> list[dict[str, object]]:
 
 
 def test_create_list_use_and_revoke_an_api_token(server_url: str) -> None:
-    assert run(server_url, ADMIN, "admin", "tenant", "acme")[0] == 0
+    assert run(server_url, ADMIN, "admin", "tenants", "create", "acme")[0] == 0
     code, out, err = run(
         server_url, ADMIN, "admin", "tokens", "create", "--tenant", "acme", "--expires-in", "1h", "--note", "ci"
     )

@@ -1,5 +1,6 @@
-"""The client commands: ``gpupool submit/jobs/job/cancel/nodes/drain/undrain/pools/usage/logs`` and
-``gpupool admin``. Server address and token from GPUPOOL_SERVER / GPUPOOL_TOKEN or the client config file."""
+"""The client commands: ``gpupool submit/jobs/job/cancel/nodes/drain/undrain/pools/usage/logs``, and the
+helpers ``gpupool admin`` shares (``cli.admin``). Server address and token from GPUPOOL_SERVER / GPUPOOL_TOKEN
+or the client config file."""
 
 from __future__ import annotations
 
@@ -21,8 +22,6 @@ from gpupool.domain.jobs import DependencyKind
 from gpupool.domain.labels import parse_assignments
 from gpupool.domain.units import parse_duration
 from gpupool.schemas.api import ArrayOut, JobOut, JobSubmit
-
-admin_app = typer.Typer(help="Operator commands (need an admin token).", no_args_is_help=True)
 
 
 class Fmt(StrEnum):
@@ -352,11 +351,3 @@ def _follow(c: Client, job_id: str, stream: str, rank: int, offset: int | None) 
         if over:
             return
         time.sleep(FOLLOW_EVERY_S)
-
-
-@admin_app.command("tenant")
-def admin_tenant(name: str, weight: Annotated[float, typer.Option(help="fair-share weight")] = 1.0) -> None:
-    """Create a tenant."""
-    with _client() as c:
-        t = c.create_tenant(name, weight)
-    typer.echo(f"tenant {t.name} created (weight {t.weight})")

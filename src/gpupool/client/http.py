@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gpupool.domain.errors import GpupoolError, ParseError
-from gpupool.schemas import api
+from gpupool.schemas import admin, api
 
 M = TypeVar("M", bound=BaseModel)
 DEFAULT_SERVER = "http://127.0.0.1:8765"
@@ -179,8 +179,40 @@ class Client:
         params = {"month": month} if tenant is None else {"month": month, "tenant": tenant}
         return self._call("GET", "/v1/accounting/statement", api.StatementOut, params=params)
 
+    # -- the operator's: tenants, quotas, pools and calendars (gpupool admin) -----------------------------------
+    def tenants(self) -> api.TenantList:
+        return self._call("GET", "/v1/tenants", api.TenantList)
+
     def create_tenant(self, name: str, weight: float = 1.0) -> api.TenantOut:
         return self._call("POST", "/v1/tenants", api.TenantOut, json={"name": name, "weight": weight})
+
+    def update_tenant(self, name: str, weight: float) -> api.TenantOut:
+        return self._call("PATCH", f"/v1/tenants/{_seg(name)}", api.TenantOut, json={"weight": weight})
+
+    def delete_tenant(self, name: str) -> admin.DeletedOut:
+        return self._call("DELETE", f"/v1/tenants/{_seg(name)}", admin.DeletedOut)
+
+    def quotas(self, tenant: str | None = None) -> api.QuotaList:
+        path = "/v1/quotas" if tenant is None else f"/v1/tenants/{_seg(tenant)}/quotas"
+        return self._call("GET", path, api.QuotaList)
+
+    def set_quota(self, tenant: str, body: api.QuotaIn) -> api.QuotaOut:
+        return self._call("PUT", f"/v1/tenants/{_seg(tenant)}/quotas", api.QuotaOut, json=body.model_dump(mode="json"))
+
+    def delete_quota(self, tenant: str, pool: str, gpu_model: str = "") -> admin.QuotaKeyOut:
+        path = f"/v1/tenants/{_seg(tenant)}/quotas/{_seg(pool)}"
+        return self._call("DELETE", path, admin.QuotaKeyOut, params={"gpu_model": gpu_model})
+
+    def put_pool(self, name: str, body: api.PoolIn) -> api.PoolOut:
+        json = body.model_dump(mode="json", exclude_none=True)
+        return self._call("PUT", f"/v1/pools/{_seg(name)}", api.PoolOut, json=json)
+
+    def delete_pool(self, name: str) -> admin.DeletedOut:
+        return self._call("DELETE", f"/v1/pools/{_seg(name)}", admin.DeletedOut)
+
+    def calendar(self, pool: str, at_s: float | None = None) -> admin.CalendarOut:
+        params = {} if at_s is None else {"at": at_s}
+        return self._call("GET", f"/v1/pools/{_seg(pool)}/calendar", admin.CalendarOut, params=params)
 
     def create_token(self, body: api.TokenIn) -> api.TokenOut:
         return self._call("POST", "/v1/tokens", api.TokenOut, json=body.model_dump(mode="json", exclude_none=True))
@@ -200,6 +232,11 @@ class Client:
 
     def revoke_join_token(self, token_id: str) -> api.JoinTokenInfoOut:
         return self._call("DELETE", f"/v1/join-tokens/{quote(token_id, safe='')}", api.JoinTokenInfoOut)
+
+
+def _seg(name: str) -> str:
+    """``name`` as one path segment: a slash or a ``?`` in a name stays inside it."""
+    return quote(name, safe="")
 
 
 def _message(r: httpx.Response) -> str:

@@ -36,6 +36,7 @@ from gpupool.domain.errors import (
 from gpupool.schemas import agent as proto
 from gpupool.schemas import api
 from gpupool.server.accounting import router as accounting_router
+from gpupool.server.admin_routes import router as admin_router
 from gpupool.server.agentlogs import AgentUnreachableError, LogFetcher, LogsBusyError, log_key
 from gpupool.server.auth import AuthError, bearer
 from gpupool.server.core import Server, build_server
@@ -161,6 +162,7 @@ def create_app(
     app.include_router(router)
     app.include_router(accounting_router)
     app.include_router(token_router)
+    app.include_router(admin_router)
     # JSON submits skip FastAPI's per-request machinery (see fastsubmit); the route above serves the rest.
     app.add_middleware(SubmitFastPath, server=srv, error_response=error_response)
     # The door (see door.py), outside the fast path: a body past its limit is refused before any of it is

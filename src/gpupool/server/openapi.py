@@ -25,6 +25,7 @@ TAGS: tuple[tuple[str, str, str], ...] = (
     ("/v1/fabric", "fabric", "The InfiniBand and NVLink topology the scheduler places on."),
     ("/v1/pools", "sharing", "Pools, tenants and quotas: who may use what, and when."),
     ("/v1/tenants", "sharing", ""),
+    ("/v1/quotas", "sharing", ""),
     ("/v1/usage", "accounting", "GPU time per tenant, pool and model; per-run records and priced statements."),
     ("/v1/accounting", "accounting", ""),
     ("/v1/tokens", "tokens", "API tokens and agent join tokens (admin)."),

@@ -483,7 +483,7 @@ def list_quotas(tenant: str, srv: Srv, who: Who) -> api.QuotaList:
     """A tenant's quotas per pool and GPU model."""
     if not who.admin and tenant != who.tenant:
         raise NotFoundError(f"tenant {tenant!r} is not stored")
-    return api.QuotaList(quotas=[_quota_out(q) for q in srv.store.list_quotas(tenant)])
+    return api.QuotaList(quotas=[quota_out(q) for q in srv.store.list_quotas(tenant)])
 
 
 @router.put("/tenants/{tenant}/quotas", response_model=api.QuotaOut)
@@ -500,10 +500,10 @@ def set_quota(tenant: str, body: api.QuotaIn, srv: Srv, who: Admin) -> api.Quota
     )
     srv.store.set_quota(q, actor(who))
     srv.loop.wake()
-    return _quota_out(q)
+    return quota_out(q)
 
 
-def _quota_out(q: Quota) -> api.QuotaOut:
+def quota_out(q: Quota) -> api.QuotaOut:
     return api.QuotaOut(
         tenant=q.tenant,
         pool=q.pool,

@@ -23,8 +23,10 @@ from gpupool.store.base import StoreBase, dumps, loads
 from gpupool.store.fencing import Fence
 from gpupool.store.records import AuditEvent, NodeRecord, PoolRecord, StoredFabric, TenantRecord
 from gpupool.store.rows import (
+    ApiTokenRow,
     AuditRow,
     FabricRow,
+    JobRow,
     NodeRow,
     PoolRow,
     QuotaRow,
@@ -295,6 +297,25 @@ class AdminMixin(StoreBase):
             self._audit(s, actor, "tenant.weight", f"tenant/{name}", {"weight": weight}, self._clock())
         return TenantRecord(name, weight)
 
+    def delete_tenant(self, name: str, actor: str) -> None:
+        """Delete a tenant that never had a job, with its quotas and API tokens.
+
+        One with jobs is refused (409): its jobs, their accounting and audit name it, and the job rows hold a
+        foreign key to it; to retire such a tenant, set its quotas to 0 and revoke its tokens instead.
+        """
+        with self._tx(write=True) as s:
+            self._require_tenant(s, name)
+            jobs = s.scalar(select(JobRow.id).where(JobRow.tenant == name).limit(1))
+            if jobs is not None:
+                raise ConflictError(
+                    f"tenant {name!r} has jobs, which keep its name in their history: set its quotas to 0 and"
+                    " revoke its tokens instead"
+                )
+            s.execute(delete(QuotaRow).where(QuotaRow.tenant == name))
+            s.execute(delete(ApiTokenRow).where(ApiTokenRow.tenant == name))
+            s.execute(delete(TenantRow).where(TenantRow.name == name))
+            self._audit(s, actor, "tenant.deleted", f"tenant/{name}", {}, self._clock())
+
     def list_tenants(self) -> list[TenantRecord]:
         with self._tx(write=False) as s:
             return [TenantRecord(r.name, r.weight) for r in s.scalars(select(TenantRow).order_by(TenantRow.name))]
@@ -376,7 +397,11 @@ class AdminMixin(StoreBase):
             return [pool_record(r) for r in s.scalars(select(PoolRow).order_by(PoolRow.name))]
 
     def delete_pool(self, name: str, actor: str) -> None:
+        """Delete a pool; one that quotas still name is refused (409, naming a tenant): delete those first."""
         with self._tx(write=True) as s:
+            holder = s.scalar(select(QuotaRow.tenant).where(QuotaRow.pool == name).limit(1))
+            if holder is not None:
+                raise ConflictError(f"pool {name!r} has quotas (of tenant {holder!r}, maybe others): delete them first")
             gone = s.execute(delete(PoolRow).where(PoolRow.name == name))
             if getattr(gone, "rowcount", 0) == 0:
                 raise NotFoundError(f"pool {name!r} is not defined")

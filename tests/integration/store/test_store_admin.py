@@ -165,6 +165,7 @@ def test_tenants_quotas_and_pools(store: Store) -> None:
     assert (err.value.source, err.value.line) == ("pool train calendar", 1)
     store.put_pool("train", "", actor="admin", expected_version=1)
     assert [(p.name, p.version, p.calendar.rules) for p in store.list_pools()] == [("train", 2, ())]
+    store.delete_quota("beta", "train", "", actor="admin")  # a pool that quotas name is not deleted
     store.delete_pool("train", actor="admin")
     with pytest.raises(NotFoundError):
         store.get_pool("train")
@@ -235,3 +236,33 @@ def test_every_state_change_writes_exactly_one_audit_event(store: Store, make_sp
     store.load_state()
     store.usage(0, 10)
     assert len(store.list_audit(limit=10_000)) == one_event_free
+
+
+def test_a_tenant_without_jobs_is_deleted_with_its_quotas_and_tokens(store: Store, make_spec: Spec) -> None:
+    """Deleting a tenant takes its quotas and tokens with it (a token of a deleted tenant would authenticate
+    nobody); a tenant whose jobs are stored stays, and so does everything of it."""
+    store.create_tenant("gone", actor="admin")
+    store.set_quota(Quota("gone", "train", 4), actor="admin")
+    store.create_token("gone", actor="admin")
+    store.delete_tenant("gone", actor="admin")
+    assert "gone" not in [t.name for t in store.list_tenants()]
+    assert store.list_quotas("gone") == [] and store.list_tokens("gone") == []
+    assert store.list_audit(action="tenant.deleted")[-1].subject == "tenant/gone"
+    with pytest.raises(UnknownNameError):
+        store.delete_tenant("gone", actor="admin")
+    store.set_quota(Quota("acme", "train", 4), actor="admin")
+    store.submit_job(make_spec("j-acme"), None, actor="u")  # make_spec's tenant is acme
+    with pytest.raises(ConflictError, match="has jobs"):
+        store.delete_tenant("acme", actor="admin")
+    assert "acme" in [t.name for t in store.list_tenants()] and len(store.list_quotas("acme")) == 1
+
+
+def test_a_pool_that_quotas_name_is_not_deleted(store: Store) -> None:
+    store.put_pool("train", "", actor="admin")
+    store.set_quota(Quota("acme", "train", 4), actor="admin")
+    with pytest.raises(ConflictError, match="'acme'"):
+        store.delete_pool("train", actor="admin")
+    assert [p.name for p in store.list_pools()] == ["train"]
+    store.delete_quota("acme", "train", "", actor="admin")
+    store.delete_pool("train", actor="admin")
+    assert store.list_pools() == []
