@@ -190,6 +190,48 @@ CASES: list[tuple[str, tuple[str, ...], bool]] = [
     ("job j-does-not-exist", ("j-does-not-exist",), True),
     ("jobs", ("does not answer",), False),
     ("admin tenants create team-b --weight -1", ("--weight",), True),
+    # the operator's commands: flags, files, names the server does not hold
+    ("admin tenants create bad/name", ("NAME",), True),
+    ("admin tenants create team-b --weight nan", ("--weight",), True),
+    ("admin tenants create", ("NAME",), True),
+    ("admin tenants create team-b -f {admin}", ("--file", "not both"), True),
+    ("admin tenants create -f {binary}", ("binary.dat", "UTF-8"), True),
+    ("admin tenants create -f nope/tenants.yaml", ("nope/tenants.yaml",), True),
+    ("admin tenants create -f {folder}", ("folder",), True),
+    ("admin tenants create -f {badtenant}", ("badtenant.yaml:3", "tenants[0].weight"), True),
+    ("admin tenants update team", ("--weight",), True),
+    ("admin tenants update team --weight 0", ("--weight",), True),
+    ("admin tenants update ghost --weight 2", ("ghost",), True),
+    ("admin tenants delete ghost", ("ghost",), True),
+    ("admin quotas list --tenant ghost", ("ghost",), True),
+    ("admin quotas set team --pool p --nominal -1", ("--nominal",), True),
+    ("admin quotas set team --pool p --nominal 99999999999999999999", ("--nominal",), True),
+    ("admin quotas set team --pool p --nominal 1 --borrowing-limit -2", ("--borrowing-limit",), True),
+    ("admin quotas set team --pool p --nominal 1 --lending-limit 1e3", ("--lending-limit",), True),
+    ("admin quotas set team --nominal 1", ("--pool",), True),
+    ("admin quotas set team --pool p", ("--nominal",), True),
+    ("admin quotas set ghost --pool p --nominal 1", ("ghost",), True),
+    ("admin quotas set -f {badquota}", ("badquota.yaml:5", "quotas[1].nominal_gpus"), True),
+    ("admin quotas set -f {admin}", ("admin.yaml", "no quotas:"), True),
+    ("admin quotas delete team --pool nope", ("no quota",), True),
+    ("admin pools set .hidden", ("NAME",), True),
+    ("admin pools set p --calendar {binary}", ("binary.dat", "UTF-8"), True),
+    ("admin pools set p --calendar {badcal}", ("badcal.toml:5", "share"), True),
+    ("admin pools set -f {badpools}", ("badpools.yaml:1", "unknown section"), True),
+    ("admin pools set -f {badpoolcal}", ("badpoolcal.yaml:3", "time zone"), True),
+    ("admin pools delete ghost", ("ghost",), True),
+    ("admin calendars show ghost", ("ghost",), True),
+    ("admin calendars set ghost {calendar}", ("ghost",), True),
+    ("admin calendars set p {badcal}", ("badcal.toml:5",), True),
+    ("admin calendars clear ghost", ("ghost",), True),
+    ("admin calendars check {binary}", ("binary.dat", "UTF-8"), False),
+    ("admin calendars check nope.toml", ("nope.toml",), False),
+    ("admin calendars check {calendar} --at yesterday-ish", ("--at",), False),
+    ("admin calendars now ghost", ("ghost",), True),
+    ("admin calendars now ghost --at 2026-13-01", ("--at",), True),
+    ("admin apply -f {badquota}", ("badquota.yaml:5",), True),
+    ("admin apply -f {calendar}", ("calendar.toml",), True),
+    ("admin apply", ("--file",), True),
     # batch scripts, accounting, job files
     ("sbatch {binary}", ("binary.dat", "UTF-8"), True),
     ("sbatch {folder}", ("folder", "cannot read the batch script"), True),
@@ -215,10 +257,26 @@ def _fill(argv: str, files: Files, down: int) -> list[str]:
     treu = files.root / "treu.yaml"
     if not treu.exists():
         treu.write_text("scheduler:\n  preemption: treu\n")
+    for name, text in ADMIN_FILES.items():
+        if not (files.root / name).exists():
+            (files.root / name).write_text(text)
     values = {"fabric": files.fabric, "trace": files.trace, "binary": files.binary, "folder": files.folder,
-              "regular": files.regular, "imported": extra, "huge": huge, "treu": treu, "down": down}  # fmt: skip
+              "regular": files.regular, "imported": extra, "huge": huge, "treu": treu, "down": down,
+              **{n.split(".")[0]: files.root / n for n in ADMIN_FILES}}  # fmt: skip
     return [w.format(**values) for w in argv.split()]
 
+
+# The operator's files, good and bad (each bad one's fault on the line its case names).
+ADMIN_FILES = {
+    "admin.yaml": "tenants:\n  - name: team\n",
+    "badtenant.yaml": "tenants:\n  - name: t1\n    weight: -3\n",
+    "badquota.yaml": "quotas:\n  - {tenant: team, pool: p, nominal_gpus: 1}\n  - tenant: team\n    pool: p\n"
+    "    nominal_gpus: -1\n",
+    "badpools.yaml": "pool:\n  - name: p\n",
+    "badpoolcal.yaml": 'pools:\n  - name: p\n    calendar_toml: |\n      timezone = "Mars/Olympus"\n',
+    "badcal.toml": 'timezone = "UTC"\n[[pool]]\nname = "x"\nsus = [1]\nshare = 1.5\n',
+    "calendar.toml": 'timezone = "UTC"\n',
+}
 
 ISSUE_TRACEBACKS = 13  # the first CASES run as `python -m gpupool`, the entry point a user runs
 
@@ -295,6 +353,11 @@ DRAWN: list[tuple[str, str, tuple[str, ...]]] = [
     ("demo --wave {bad}", "seconds", ("--wave",)),
     ("agent --server http://127.0.0.1:9 --join-token t --interval {bad}", "seconds", ("--interval",)),
     ("server --port {bad} --print-config", "port", ("--port", "port")),
+    ("admin tenants create t --weight {bad}", "weight", ("--weight",)),
+    ("admin tenants update t --weight {bad}", "weight", ("--weight",)),
+    ("admin quotas set t --pool p --nominal {bad}", "nonneg", ("--nominal",)),
+    ("admin quotas set t --pool p --nominal 1 --borrowing-limit {bad}", "nonneg", ("--borrowing-limit",)),
+    ("admin quotas set t --pool p --nominal 1 --lending-limit {bad}", "nonneg", ("--lending-limit",)),
 ]
 
 HUGE = 10**15
@@ -306,6 +369,10 @@ def bad_values(kind: str) -> st.SearchStrategy[str]:
     if kind == "port":
         ints = st.integers(max_value=-1) | st.integers(min_value=65536)
     numbers = ints if kind == "positive" else ints | st.integers(min_value=HUGE, max_value=10**30)
+    if kind == "weight":  # a fair-share weight: above 0, at most a million
+        return (ints | st.integers(min_value=10**6 + 1, max_value=10**30)).map(str) | st.sampled_from(
+            ["nan", "inf", "-inf", "1e300", "0.0", "-1e-9", "1000000.5"]
+        )
     if kind == "seconds":
         numbers = numbers | st.sampled_from([float("nan"), float("inf"), -float("inf"), -0.5, 1e300])
     return numbers.map(str)
@@ -347,6 +414,14 @@ READERS = [
     "sim pack --nodes {f} --pods {f} --placement frag",
     "submit -F {f}",
     "server --config {f} --print-config",
+    "admin tenants create -f {f}",
+    "admin tenants update -f {f}",
+    "admin quotas set -f {f}",
+    "admin pools set -f {f}",
+    "admin pools set p --calendar {f}",
+    "admin calendars check {f}",
+    "admin calendars set p {f}",
+    "admin apply -f {f}",
 ]
 
 
@@ -397,7 +472,11 @@ def test_a_server_that_is_down_is_one_line(files: Files, preloaded: None) -> Non
     for argv in ("jobs", "job j-1", "cancel j-1", "nodes", "drain dgx001", "undrain dgx001", "label dgx001",
                  "pools", "usage", "logs j-1", "admin tenants create t", "admin tokens create --tenant t",
                  "admin tokens list", "admin tokens revoke x", "admin join-tokens create", "admin join-tokens list",
-                 "admin join-tokens revoke x", "submit -- /bin/true"):  # fmt: skip
+                 "admin join-tokens revoke x", "submit -- /bin/true", "admin tenants list",
+                 "admin tenants update t --weight 2", "admin tenants delete t", "admin quotas list",
+                 "admin quotas set t --pool p --nominal 1", "admin quotas delete t --pool p", "admin pools list",
+                 "admin pools set p", "admin pools delete p", "admin calendars show p", "admin calendars clear p",
+                 "admin calendars now p"):  # fmt: skip
         code, err = run_forked(argv.split(), {"GPUPOOL_SERVER": down, "GPUPOOL_CONFIG": "/nonexistent"}, files.root)
         assert_refused(code, err, (down,))
     with pytest.raises(httpx.ConnectError):  # and it really was down

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,6 +85,11 @@ def test_build_makes_a_wheel_and_an_sdist_with_the_data_files(dist: Path) -> Non
         assert needed in names, needed
     assert any(n.startswith("src/gpupool/store/migrations/versions/") for n in names)
     assert any(n.startswith("src/gpupool/web/static/") for n in names)
+    # /docs is Swagger UI from the package (server/openapi.py): its two files and their licences in the wheel
+    with zipfile.ZipFile(wheel) as whl:
+        in_wheel = set(whl.namelist())
+    for f in ("swagger-ui-bundle.js", "swagger-ui.css", "swagger-ui.LICENSE", "swagger-ui-bundle.js.LICENSE.txt"):
+        assert f"gpupool/web/static/vendor/{f}" in in_wheel, f
 
 
 @pytest.fixture

@@ -117,6 +117,8 @@ def quotas_list(
     """List quotas: nominal GPUs, borrowing and lending limits ("none": unlimited) and cohort."""
     with _client() as c:
         out = c.quotas(tenant).quotas
+        if tenant is not None and not out and tenant not in {t.name for t in c.tenants().tenants}:
+            raise InputError(f"unknown tenant {tenant!r}", source="--tenant")  # a typo is not "no quotas"
     rows: list[list[Any]] = [
         [q.tenant, q.pool, q.gpu_model or "any", q.nominal_gpus, _limit(q.borrowing_limit_gpus),
          _limit(q.lending_limit_gpus), q.cohort or "-"]

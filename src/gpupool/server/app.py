@@ -153,7 +153,7 @@ def create_app(
             await logs.aclose()
             srv.close()
 
-    # /docs is this server's own page (see openapi.py): FastAPI's loads Swagger UI and ReDoc from a CDN.
+    # /docs serves Swagger UI from the package (see openapi.py): FastAPI's loads it and ReDoc from a CDN.
     app = FastAPI(title="gpupool", version="1", lifespan=lifespan, responses=_errors(), docs_url=None, redoc_url=None)
     app.state.server = srv
     app.state.log_fetcher = logs

@@ -1,20 +1,21 @@
 """The API's description: a tag per route (from its path, in one table), the bearer security scheme, and
-``/docs`` served from this package with no external URL.
+``/docs``: Swagger UI served from this package, with no external URL.
 
-Why no Swagger UI. FastAPI's ``/docs`` loads Swagger UI from a CDN: blank in an air-gapped data centre. The
-packages that ship its assets were weighed: ``swagger-ui-bundle`` 1.1.0 (the newest) carries Swagger UI 4.15,
-which cannot render the OpenAPI 3.1 FastAPI writes; ``swagger-ui-py`` carries 5.x in a 25 MB wheel (the
-editor and source maps, and Jinja2), 70% on top of the server's 36.6 MB of wheels. So ``/docs`` is a page
-of this server's own: every operation by tag with its summary and description, and ``/openapi.json`` (the
-whole description) to open in any OpenAPI viewer. ReDoc, which FastAPI also loads from a CDN, is off.
+FastAPI's ``/docs`` loads Swagger UI from a CDN: blank in an air-gapped data centre. The packages that ship
+its assets were weighed: ``swagger-ui-bundle`` 1.1.0 (the newest on PyPI) carries Swagger UI 4.15, which cannot
+render the OpenAPI 3.1 FastAPI writes; ``swagger-ui-py`` carries 5.x in a 25 MB wheel (the editor, source maps
+and Jinja2). So Swagger UI 5's two files that render a description (``swagger-ui-bundle.js`` and
+``swagger-ui.css``, 2 MB, from the npm package ``swagger-ui-dist``) are vendored beside the dashboard's
+assets (``web/static/vendor``, see ``web/static/VENDORED.md``) and ``/docs`` is FastAPI's own Swagger page
+pointed at them, with the online validator badge (an external image) off. ReDoc, also from a CDN, is off.
 """
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 
 # (path prefix, tag, description): the longest matching prefix names a route's tag.
@@ -35,6 +36,7 @@ TAGS: tuple[tuple[str, str, str], ...] = (
     ("/healthz", "operations", "Health for load balancers and Prometheus metrics."),
     ("/metrics", "operations", ""),
 )
+VENDOR = "/ui/static/vendor"  # where the dashboard's static files are served (web.mount)
 SECURITY = {"bearer": {"type": "http", "scheme": "bearer", "description": "An API token, admin or tenant."}}
 
 
@@ -69,28 +71,11 @@ def document(app: FastAPI) -> None:
 
     @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
     def docs() -> HTMLResponse:
-        return HTMLResponse(docs_page(openapi()))
-
-
-def docs_page(spec: dict[str, Any]) -> str:
-    """The operations by tag: method, path, summary and description; no script, style sheet or image."""
-    by_tag: dict[str, list[str]] = {}
-    for path, ops in spec["paths"].items():
-        for method, op in ops.items():
-            row = (
-                f"<tr><td><code>{method.upper()}</code></td><td><code>{html.escape(path)}</code></td>"
-                f"<td>{html.escape(op.get('summary', ''))}</td><td>{html.escape(op.get('description', ''))}</td></tr>"
-            )
-            by_tag.setdefault((op.get("tags") or ["other"])[0], []).append(row)
-    notes = {t["name"]: t.get("description", "") for t in spec.get("tags", [])}
-    sections = "".join(
-        f"<h2>{html.escape(tag)}</h2><p>{html.escape(notes.get(tag, ''))}</p><table>{''.join(rows)}</table>"
-        for tag, rows in by_tag.items()
-    )
-    title = html.escape(f"{spec['info']['title']} API {spec['info']['version']}")
-    return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head><body><h1>{title}</h1>"
-        f"<p>{html.escape(spec['info'].get('description', ''))}</p><p>The whole description: "
-        "<a href='/openapi.json'>/openapi.json</a> (OpenAPI 3.1), for any OpenAPI viewer or client generator.</p>"
-        f"{sections}</body></html>"
-    )
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{app.title} API {app.version}",
+            swagger_js_url=f"{VENDOR}/swagger-ui-bundle.js",
+            swagger_css_url=f"{VENDOR}/swagger-ui.css",
+            swagger_favicon_url="data:,",  # no icon: nothing fetched from elsewhere
+            swagger_ui_parameters={"validatorUrl": None},
+        )

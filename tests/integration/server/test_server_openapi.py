@@ -1,6 +1,7 @@
 """The OpenAPI description of the real app: a bearer security scheme, every operation with a tag (one the
-description lists), a summary and a description; ``/docs`` is the server's own page and loads no URL from
-anywhere else (FastAPI's loads Swagger UI from a CDN), and ReDoc is off."""
+description lists), a summary and a description; ``/docs`` is Swagger UI served from the package and loads no
+URL from anywhere else (FastAPI's loads it from a CDN), and ReDoc is off. tests/e2e/test_docs_browser.py
+opens it in a real browser."""
 
 from __future__ import annotations
 
@@ -46,8 +47,12 @@ def test_docs_load_no_external_url(api: Api) -> None:
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     page = _Links()
     page.feed(r.text)
-    assert page.urls == ["/openapi.json"], page.urls
-    assert not page.tags & {"script", "link", "img", "iframe"}
+    js, css = "/ui/static/vendor/swagger-ui-bundle.js", "/ui/static/vendor/swagger-ui.css"
+    assert sorted(page.urls) == sorted([css, "data:,", js]), page.urls
+    assert "url: '/openapi.json'" in r.text and '"validatorUrl": null' in r.text  # no online validator badge
     assert not re.search(r"https?://", r.text), re.findall(r"https?://\S+", r.text)
-    assert "/v1/jobs/{job_id}/why" in r.text and "Why Pending" in r.text
+    for url, kind in ((js, "javascript"), (css, "css")):
+        asset = api.client.get(url)
+        assert asset.status_code == 200 and kind in asset.headers["content-type"], (url, asset.headers)
+    assert b"SwaggerUIBundle" in api.client.get(js).content
     assert api.client.get("/redoc").status_code == 404
