@@ -17,7 +17,8 @@ import httpx
 import pytest
 
 from gpupool.agent.runtime import process_start_ticks
-from gpupool.cli.demo import STATUS_EVERY_S, _counts
+from gpupool.cli.demo import STATUS_EVERY_S, _counts, _must
+from gpupool.domain.errors import InputError
 from procs import until
 
 PAUSE_S = 12.0  # longer than the demo's HTTP timeout (10 s): its status poll and submits time out meanwhile
@@ -34,7 +35,8 @@ def _drain(pipe: IO[str], into: list[str]) -> None:
 
 def test_demo_runs_jobs_survives_a_paused_server_and_cleans_up_every_process(tmp_path: Path) -> None:
     """Invariant: a server that answers nothing for PAUSE_S (SIGSTOP) does not stop the demo: it carries on,
-    reports again once the server answers, and still stops every process it started at the end."""
+    reports again once the server answers, and still stops every process it started at the end. The ``jobs``
+    line it prints works when pasted into a shell (the tenant's jobs, listed)."""
     argv = [sys.executable, "-m", "gpupool", "demo", "--hosts", "4", "--duration", "45", "--interval", "0.5"]
     proc = subprocess.Popen(
         [*argv, "--wave", "60", "--workdir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -51,6 +53,9 @@ def test_demo_runs_jobs_survives_a_paused_server_and_cleans_up_every_process(tmp
         reader.start()
     try:
         until(lambda: any("jobs:" in ln for ln in lines), 120, "a first status line")
+        pasted = run_as_pasted(next(ln for ln in lines if ln.startswith("  jobs ")))
+        assert pasted.returncode == 0, pasted.stderr
+        assert pasted.stdout.split()[:2] == ["id", "state"] and " vision " in pasted.stdout, pasted.stdout
         server = json.loads((tmp_path / "pids.json").read_text())[0]
         os.kill(server, signal.SIGSTOP)
         threading.Event().wait(PAUSE_S)  # the fault itself lasts this long: what the demo must ride out
@@ -81,6 +86,16 @@ def test_demo_runs_jobs_survives_a_paused_server_and_cleans_up_every_process(tmp
     finished = [r for r in launches if (r.parent / "stdout.log").read_text().endswith("done\n")]
     assert finished, "no task ran to completion"
     assert any("training rank 1 of 2" in (r.parent / "stdout.log").read_text() for r in launches)
+
+
+def run_as_pasted(line: str) -> subprocess.CompletedProcess[str]:
+    """The demo's ``jobs`` line run as a user pasting it into the shell that ran the demo: by bash, with that
+    shell's environment but none of gpupool's variables (the line must carry what it needs). The issue's line
+    said ``gpupool`` where only ``.venv/bin/gpupool`` existed: "command not found"."""
+    command = line.strip().removeprefix("jobs").strip()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
+    env["GPUPOOL_CONFIG"] = "/nonexistent"  # not this machine's client file: only what the line says
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, timeout=60)
 
 
 class _Resetting:
@@ -132,3 +147,20 @@ def test_one_connection_reset_does_not_lose_the_status_line(capsys: pytest.Captu
     finally:
         always.close()
     assert "carrying on" in capsys.readouterr().err
+
+
+def test_a_reset_during_setup_is_retried_and_a_dead_server_ends_the_demo_in_one_line() -> None:
+    """The setup calls (fabric, tenants, quotas, calendar, tokens) ride out one reset connection too; a server
+    that keeps resetting ends the demo with one error line, never a traceback."""
+    once = _Resetting(resets=1)
+    try:
+        with httpx.Client(base_url=once.url, timeout=5) as http:
+            assert _must(lambda: http.get("/v1/jobs"), "setup").status_code == 200
+    finally:
+        once.close()
+    always = _Resetting(resets=10**6)
+    try:
+        with httpx.Client(base_url=always.url, timeout=5) as http, pytest.raises(InputError, match=r"setup \(fabric\)"):
+            _must(lambda: http.get("/v1/fabric"), "fabric")
+    finally:
+        always.close()

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -103,6 +104,16 @@ def _try(call: Callable[[], httpx.Response], what: str) -> httpx.Response | None
             return None
         return r
     return None
+
+
+def _must(call: Callable[[], httpx.Response], what: str) -> httpx.Response:
+    """A setup call, with ``_try``'s retry; the demo cannot go on without it, so a second failure ends it
+    with one line (its processes are stopped by the caller's cleanup)."""
+    r = _try(call, what)
+    if r is None or (r.status_code >= 400 and r.status_code != 409):
+        said = "no answer" if r is None else f"HTTP {r.status_code}: {r.text[:200]}"
+        raise InputError(f"the demo's server refused its setup ({what}): {said}", source="demo")
+    return r
 
 
 def _submit(http: httpx.Client, body: dict[str, Any], key: str) -> bool:
@@ -194,14 +205,15 @@ def demo(
             if procs[0].poll() is not None or time.monotonic() > deadline:
                 raise InputError(f"the server did not start; see {root / 'server.log'}", source="demo")
             time.sleep(0.1)
-        http.put("/v1/fabric", content=fabric_path.read_text(), headers={"Content-Type": "application/json"})
-        for tenant in ("vision", "language"):
-            http.post("/v1/tenants", json={"name": tenant})
+        doc = fabric_path.read_text()
+        _must(lambda: http.put("/v1/fabric", content=doc, headers={"Content-Type": "application/json"}), "fabric")
+        for tenant in ("vision", "language"):  # a retried create answers 409: it is there, which is the point
+            _must(partial(http.post, "/v1/tenants", json={"name": tenant}), "tenant")
         for tenant, quota in _quotas(8 * len(chosen)):
-            http.put(f"/v1/tenants/{tenant}/quotas", json=quota)
-        http.put("/v1/pools/default", json={"calendar_toml": CALENDAR})
-        join = http.post("/v1/join-tokens", json={}).json()["token"]
-        token = http.post("/v1/tokens", json={"tenant": "vision"}).json()["token"]
+            _must(partial(http.put, f"/v1/tenants/{tenant}/quotas", json=quota), "quota")
+        _must(lambda: http.put("/v1/pools/default", json={"calendar_toml": CALENDAR}), "pool calendar")
+        join = _must(lambda: http.post("/v1/join-tokens", json={}), "join token").json()["token"]
+        token = _must(lambda: http.post("/v1/tokens", json={"tenant": "vision"}), "token").json()["token"]
         for h in chosen:
             argv = [sys.executable, "-m", "gpupool", "agent", "--server", url, "--host", h,
                     "--state-dir", str(root / "agents" / h), "--work-dir", str(work / h), "--emulate",
