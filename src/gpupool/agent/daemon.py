@@ -29,21 +29,21 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, ParamSpec, TypeVar
 
 from gpupool import __version__
-from gpupool.agent.containers import ContainerRuntime, containerize
+from gpupool.agent.config import AgentSettings, AgentStats, memory_mib
+from gpupool.agent.containers import containerize
 from gpupool.agent.health import NodeHealth, assess_node
 from gpupool.agent.ib import PortRates
-from gpupool.agent.isolation import Isolation, default_work_root, launch_files
+from gpupool.agent.isolation import default_work_root, launch_files
 from gpupool.agent.launching import start_failure
 from gpupool.agent.nodetoken import KeptToken
 from gpupool.agent.push import CommandPoller, PollOutcome, PollRequest
 from gpupool.agent.reporter import (
     Backoff,
-    BackoffPolicy,
     NodeUnknownError,
     ProtocolError,
     RegistrationRefusedError,
@@ -55,7 +55,6 @@ from gpupool.agent.sources import NodeSources
 from gpupool.agent.xid_log import XidEvent
 from gpupool.domain.errors import GpupoolError, InputError
 from gpupool.domain.events import HealthGrade, LinkState
-from gpupool.domain.health import HealthRules
 from gpupool.domain.workload import check_command
 from gpupool.fabric.parsers.sysfs import read_sysfs_infiniband
 from gpupool.schemas import agent as wire
@@ -82,46 +81,6 @@ _STATES: dict[WorkloadState, wire.WorkloadState] = {
     WorkloadState.EXITED: "exited",
     WorkloadState.LOST: "lost",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class AgentSettings:
-    server_url: str
-    join_token: str
-    host: str
-    state_dir: Path
-    interval_s: float = 1.0  # until the server's reply names its own
-    poll_s: float = 0.2  # how often children are checked between beats (exits reported, stops escalated)
-    seed: int = 0
-    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
-    inherit_env: tuple[str, ...] = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME")
-    stop_workloads_on_exit: bool = False  # the demo's choice; a real node keeps its jobs across agent restarts
-    exit_grace_s: float = 2.0
-    thresholds: HealthRules = field(default_factory=HealthRules)
-    labels: Mapping[str, str] = field(default_factory=dict)  # registered with the node (--label, a labels file)
-    isolation: Isolation = field(default_factory=Isolation)  # who workloads run as, and how they are held
-    containers: ContainerRuntime | None = None  # runs the jobs that name an image (None: this node cannot)
-
-
-def _memory_mib() -> int:
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) // 1024
-    return 0
-
-
-@dataclass(slots=True)
-class AgentStats:
-    """Counters the loop bumps; read by tests and the log. Mutable on purpose, owned by one agent."""
-
-    registrations: int = 0
-    heartbeats: int = 0
-    reports: int = 0
-    launches: int = 0
-    pushes: int = 0  # commands long-polls answered
-    server_failures: int = 0
-    retry_delays: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +231,7 @@ class Agent:
             agent_version=__version__,
             agent_url=self.log_url,
             cpu_millicores=host.cpu_millicores if host is not None else (os.cpu_count() or 0) * 1000,
-            memory_mib=host.memory_mib if host is not None else _memory_mib(),
+            memory_mib=host.memory_mib if host is not None else memory_mib(),
             gpus=tuple(gpus),
             hcas=tuple(hcas),
             running=running,

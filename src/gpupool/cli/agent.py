@@ -15,8 +15,9 @@ from typing import Annotated
 import typer
 
 from gpupool.agent.cgroups import CgroupBackend, detect
+from gpupool.agent.config import AgentSettings
 from gpupool.agent.containers import find_runtime
-from gpupool.agent.daemon import Agent, AgentSettings, default_host
+from gpupool.agent.daemon import Agent, default_host
 from gpupool.agent.identity import DEFAULT_PREFIX, UserMap, load_user_map
 from gpupool.agent.isolation import (
     DEFAULT_PIDS_MAX,

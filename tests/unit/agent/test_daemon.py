@@ -21,7 +21,8 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from gpupool.agent.daemon import Agent, AgentSettings
+from gpupool.agent.config import AgentSettings
+from gpupool.agent.daemon import Agent
 from gpupool.agent.logserver import LogServer
 from gpupool.agent.reporter import Backoff, BackoffPolicy, RegistrationRefusedError, ServerClient
 from gpupool.agent.sources import emulated_sources
