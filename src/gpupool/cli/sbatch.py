@@ -22,7 +22,8 @@ from pydantic import ValidationError
 
 from gpupool.cli.client_cmds import _client
 from gpupool.client import ApiError
-from gpupool.domain.errors import InputError, ParseError
+from gpupool.client.textfile import read_text
+from gpupool.domain.errors import InputError
 from gpupool.domain.sbatch import BatchScript, SbatchOptions, output_path_shell, parse_options, parse_script
 from gpupool.schemas.api import JobSubmit
 
@@ -73,13 +74,7 @@ def split_command_line(argv: list[str]) -> tuple[list[str], str, list[str], bool
 
 
 def read_script(path: Path) -> BatchScript:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ParseError(f"the batch script is not UTF-8 text (byte {e.start})", source=str(path)) from None
-    except OSError as e:
-        raise ParseError(f"cannot read the batch script: {e.strerror}", source=str(path)) from None
-    return parse_script(text, str(path))
+    return parse_script(read_text(path, "batch script"), str(path))
 
 
 def _redirects(o: SbatchOptions) -> str:

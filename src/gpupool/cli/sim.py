@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from gpupool.cli.paths import output_folder
+from gpupool.client.textfile import read_text
 from gpupool.domain.calendar import Calendar, parse_calendar
 from gpupool.domain.errors import InputError
 from gpupool.fabric.generators import MAX_GPUS_PER_HOST
@@ -175,17 +176,8 @@ def _settings(config: Path | None, flags: dict[str, Any]) -> SchedulerSettings:
     return settings
 
 
-def _read(path: Path, what: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"the {what} is not UTF-8 text (byte {e.start})", source=str(path)) from None
-    except OSError as e:
-        raise InputError(f"cannot read the {what}: {e.strerror}", source=str(path)) from None
-
-
 def _calendar(calendar: Path | None) -> Calendar | None:
-    return None if calendar is None else parse_calendar(_read(calendar, "calendar"), str(calendar))
+    return None if calendar is None else parse_calendar(read_text(calendar, "calendar"), str(calendar))
 
 
 def _thresholds(text: str) -> tuple[float, ...]:
@@ -209,7 +201,7 @@ def _check_names(policies: list[str], placements: list[str]) -> None:
 def _failures(path: Path | None, fabric: Any) -> tuple[FailureEvent, ...]:
     if path is None:
         return ()
-    return parse_failures(_read(path, "failure trace"), str(path), fabric)
+    return parse_failures(read_text(path, "failure trace"), str(path), fabric)
 
 
 def _simulate(

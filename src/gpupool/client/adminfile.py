@@ -25,6 +25,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from gpupool.client.jobfile import _load, describe, line_of
+from gpupool.client.textfile import read_text
 from gpupool.domain.calendar import parse_calendar
 from gpupool.domain.errors import ParseError
 from gpupool.schemas import api
@@ -58,16 +59,6 @@ class AdminFile:
     tenants: tuple[api.TenantIn, ...] = ()
     pools: tuple[PoolEntry, ...] = ()
     quotas: tuple[QuotaEntry, ...] = ()
-
-
-def read_text(path: Path, what: str) -> str:
-    """A file's text; one not UTF-8, missing or unreadable is a ParseError naming it."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ParseError(f"the {what} is not UTF-8 text (byte {e.start})", source=str(path)) from None
-    except OSError as e:
-        raise ParseError(f"cannot read the {what}: {e.strerror}", source=str(path)) from None
 
 
 def read_calendar(path: Path) -> str:

@@ -16,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from gpupool.client.textfile import read_text
 from gpupool.domain.dependencies import dependency_order
 from gpupool.domain.errors import InputError, ParseError
 from gpupool.schemas import api
@@ -56,23 +57,14 @@ def _standard(node: Any) -> Any:
     return node
 
 
-def _read(path: str | Path) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ParseError(f"the job file is not UTF-8 text (byte {e.start})", source=str(path)) from None
-    except OSError as e:
-        raise ParseError(f"cannot read the job file: {e.strerror}", source=str(path)) from None
-
-
 def read_job_file(path: str | Path) -> api.JobSubmit:
     """A YAML job file checked against the API's job model; a bad field is a ParseError naming file and line."""
-    return parse_job_text(_read(path), str(path))
+    return parse_job_text(read_text(path, "job file"), str(path))
 
 
 def read_jobs_file(path: str | Path) -> list[tuple[str, api.JobSubmit]]:
     """A job file or a pipeline file (``jobs:``), as ``parse_jobs_text`` reads it."""
-    return parse_jobs_text(_read(path), str(path))
+    return parse_jobs_text(read_text(path, "job file"), str(path))
 
 
 def _load(text: str, source: str) -> tuple[Any, yaml.Node | None]:

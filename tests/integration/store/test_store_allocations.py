@@ -84,8 +84,12 @@ def test_fractional_shares_on_one_gpu_sum_to_at_most_1000(nodes: Store, make_spe
     w, _ = nodes.submit_job(make_spec("w"), None, actor="u")
     with pytest.raises(AllocationConflictError, match="1000 milli already given"):
         nodes.record_allocation("w", w.version, whole("w", "h2", 3), actor="s")
-    # Releasing one share makes room again.
+    # Releasing one share makes room again once its agent confirms the process gone (it was never reported
+    # launched, but its launch may have been carried out).
     nodes.release_allocation("s2", 2, actor="s", new_state=JobState.FAILED)
+    with pytest.raises(AllocationConflictError, match="1000 milli already given"):
+        nodes.record_allocation("s4", 1, share("s4", "h2", 3, 1), actor="s")
+    assert nodes.release_ranks("h2", ["s2.2.0"]) == 1
     nodes.record_allocation("s4", 1, share("s4", "h2", 3, 1), actor="s")
 
 
@@ -146,8 +150,13 @@ def test_leaving_placed_or_running_frees_the_gpus(nodes: Store, make_spec: Spec)
     assert _allocation_rows(nodes) == 1  # running keeps the allocation
     job = nodes.transition_job("a", job.version, JobState.PENDING, "preempted", actor="s", reason_code="PREEMPTED")
     assert (job.state, job.reason_code) == (JobState.PENDING, "PREEMPTED")
-    assert _allocation_rows(nodes) == 0
+    # No longer the job's allocation, but its rank holds the GPU (releasing) until its agent says it is gone.
     assert nodes.load_state().allocations == ()
+    assert _allocation_rows(nodes) == 1
+    with pytest.raises(AllocationConflictError, match="GPU 0 of h1"):
+        nodes.record_allocation("b", 1, whole("b", "h1", 0), actor="s")
+    assert nodes.release_ranks("h1", ["a.2.0"]) == 1
+    assert _allocation_rows(nodes) == 0
     nodes.record_allocation("b", 1, whole("b", "h1", 0), actor="s")
     with pytest.raises(InputError, match="holds no allocation"):
         nodes.release_allocation("a", job.version, actor="s")
