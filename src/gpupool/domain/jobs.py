@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
+from gpupool.domain.elastic import Elastic
 from gpupool.domain.errors import JobSpecError
 
 MILLI_PER_GPU = 1000
@@ -140,6 +141,7 @@ class JobSpec:
     array_index: int | None = None
     array_cap: int = 0  # at most this many of its array's elements placed or running at once (0: no cap)
     after: tuple[Dependency, ...] = ()  # every one must be met before it may start
+    elastic: Elastic | None = None  # resizable between its sizes, by its throughput curve (domain/elastic.py)
 
     def __post_init__(self) -> None:
         where = self.job_id or "<job>"
@@ -171,6 +173,17 @@ class JobSpec:
             if self.scaling is Scaling.NONE:
                 raise JobSpecError("min_tasks needs a scaling model (scaling=linear)", source=where)
         self._check_lifecycle(where)
+        if self.elastic is not None:
+            self._check_elastic(self.elastic, where)
+
+    def _check_elastic(self, elastic: Elastic, where: str) -> None:
+        if self.share is not None or self.min_tasks is not None:
+            raise JobSpecError("elastic gpus apply to whole-GPU tasks without min_tasks", source=where)
+        elastic.check(self.gpus_per_task, self.total_gpus, where)
+        if self.deadline_s is not None and self.estimated_runtime_s is None:
+            raise JobSpecError(
+                "an elastic job with a deadline needs estimated_runtime_s (its work at its asked size)", source=where
+            )
 
     def _check_lifecycle(self, where: str) -> None:
         if self.time_limit_s is not None and not self.time_limit_s > 0:
