@@ -25,6 +25,7 @@ from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec
 from gpupool.domain.sharing import PoolDemand, decayed
 from gpupool.scheduler.cycle import schedule
+from gpupool.scheduler.elastic import ElasticPlanner, ElasticStep
 from gpupool.scheduler.gittins import HistoryBuilder
 from gpupool.scheduler.policies import get_policy
 from gpupool.scheduler.queue import QueueIndex
@@ -109,6 +110,8 @@ class CycleDriver:
         self._signalled: set[tuple[str, float]] = set()  # (job, preemption time) signalled already
         # The queue in the policy's order, kept from the state's pending feed when the order allows it.
         self.queue = QueueIndex.for_policy(config.policy)
+        # Elastic jobs' sizes (ElasticFlow's minimum satisfactory share), decided before each cycle.
+        self.elastic = ElasticPlanner()
 
     def _view(self, snapshot: ClusterSnapshot, pending: Sequence[JobSpec]) -> QueueView | None:
         """The kept queue, when ``pending`` is the snapshot's own queue (the same tuple: a caller that
@@ -134,6 +137,8 @@ class CycleDriver:
     ) -> CycleRun:
         history = self.history.history() if self.history is not None else None
         inputs = CycleInputs(self.usage.fold(snapshot, now_s), pool_demand, history)
+        step = ElasticStep.run(self.elastic, snapshot, pending, actuator, now_s)
+        pending = step.pending if step is not None else pending
         request = ScheduleRequest(
             snapshot, tuple(pending), now_s, self.config, sharing, inputs, queue=self._view(snapshot, pending)
         )
@@ -153,5 +158,8 @@ class CycleDriver:
             if s.job_id not in ending and (key in self._signalled or actuator.signal(s, now_s)):
                 signalled.add(key)
         self._signalled = signalled
-        actuator.waiting(result.waiting)
-        return CycleRun(request, result, placed, preempted, ended)
+        if step is None:
+            actuator.waiting(result.waiting)
+            return CycleRun(request, result, placed, preempted, ended)
+        actuator.waiting((*result.waiting, *step.waiting))
+        return CycleRun(request, result, placed, preempted + step.resized, ended + step.ended)

@@ -44,6 +44,7 @@ class ReasonCode(StrEnum):
     QUOTA_RECLAIM = "quota_reclaim"  # a cohort member reclaims nominal quota it had lent
     PRIORITY = "priority"  # a higher-priority job needs the GPUs of this preemptible one
     ATTAINED_SERVICE = "attained_service"  # LAS (Tiresias): a job with less attained service needs its GPUs
+    RESIZE = "resize"  # an elastic job stopped at a checkpoint to restart at another size (scheduler/elastic.py)
 
 
 @dataclass(frozen=True, slots=True)
