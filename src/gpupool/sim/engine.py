@@ -60,7 +60,7 @@ from gpupool.scheduler.driver import CycleDriver
 from gpupool.scheduler.settings import SchedulerSettings, scheduler_config, sharing_policy
 from gpupool.sim.failures import FailureEvent, FailureKind
 from gpupool.sim.runtime import TierBandwidth
-from gpupool.sim.world import JobRecord, SimJob, Tracker, WorldConfig
+from gpupool.sim.world import JobRecord, SimJob, Tracker, WorldConfig, elastic_slowdown
 
 # Event kinds, in the order they are handled within one instant (ties broken by sequence number after kind).
 _START, _FINISH, _FAIL_GPU, _FAIL_LINK, _FAIL_HOST, _REPAIR, _TELEMETRY, _CHECKPOINT, _WAKE, _CYCLE = range(10)
@@ -280,7 +280,8 @@ class Engine:
         # With a calendar a cycle runs even with an empty queue: pool windows reclaim lent hosts by themselves.
         cal = self.sharing.calendar
         for _ in range(_MAX_ROUNDS):
-            if (not self.pending and cal is None) or not self._cycle(t):
+            idle = not self.pending and cal is None and not self.driver.elastic.active()
+            if idle or not self._cycle(t):
                 break
         # A job may wait for a window with nothing running; a queue that a week of windows did not move
         # never will, so the wake-ups stop there and the run ends as stuck.
@@ -334,11 +335,14 @@ class Engine:
         tr.hosts = hosts
         tr.leaves = len({int(self.leaf_of[h]) for h in hosts})
         job = tr.job
-        tr.factor = 1.0 if job.spec.fractional else self.bw.factor(job.kind, job.spec.total_gpus, hosts)
+        tr.held = job.gpus if job.spec.elastic is None else float(sum(len(x.gpus) for x in alloc.tasks))
+        gpus = round(tr.held)
+        tr.factor = 1.0 if job.spec.fractional else self.bw.factor(job.kind, gpus, hosts)
+        tr.factor *= elastic_slowdown(job.spec, gpus)
         for h in hosts:
             self.host_jobs.setdefault(h, set()).add(key)
         self.running += 1
-        self._use(t, job.gpus)
+        self._use(t, tr.held)
         delay = self.world.launch_latency_s + (self.world.restart_overhead_s if tr.preemptions else 0.0)
         if delay > 0:
             self.push(t + delay, _START, key, tr.epoch)
@@ -350,7 +354,7 @@ class Engine:
         for h in tr.hosts:
             self.host_jobs[h].discard(key)
         self.running -= 1
-        self._use(t, -tr.job.gpus)
+        self._use(t, -tr.held)
 
     def _requeue(self, key: str, t: float) -> None:
         """Book a preemption the state has already applied: lost work, a new epoch, back in the queue."""
@@ -363,7 +367,7 @@ class Engine:
             if tr.saved_at is not None:
                 saved = max(saved, tr.saved_at - tr.run_start)
             tr.remaining_s = max(0.0, tr.remaining_s - saved / tr.factor)
-            tr.lost_gpu_s += (elapsed - saved + self.world.restart_overhead_s) * tr.job.gpus
+            tr.lost_gpu_s += (elapsed - saved + self.world.restart_overhead_s) * tr.held
         tr.run_start = None
         tr.saved_at = None
         tr.epoch += 1

@@ -70,6 +70,15 @@ def world_settings(world: WorldConfig) -> dict[str, object]:
     return out
 
 
+def elastic_slowdown(spec: JobSpec, gpus: int) -> float:
+    """How many times longer than at its asked size an elastic job's work takes on ``gpus`` GPUs, by its
+    throughput curve (1 for a job that is not elastic)."""
+    el = spec.elastic
+    if el is None or not el.curve.has(gpus):
+        return 1.0
+    return el.curve.rate(spec.total_gpus) / el.curve.rate(gpus)
+
+
 @dataclass(frozen=True, slots=True)
 class SimJob:
     """A job to simulate: what the scheduler sees (``spec``) and what only the world knows (its runtime)."""
@@ -126,6 +135,7 @@ class Tracker:
         "epoch",
         "factor",
         "first_start",
+        "held",
         "hosts",
         "job",
         "leaves",
@@ -143,6 +153,7 @@ class Tracker:
         self.remaining_s = job.duration_s
         self.epoch = 0
         self.factor = 1.0
+        self.held = job.gpus  # GPUs the current run holds (an elastic job's size changes between runs)
         self.first_start: float | None = None
         self.run_start: float | None = None  # when the current run's tasks started (after launch)
         self.saved_at: float | None = None  # a checkpoint a signal asked for during the current run

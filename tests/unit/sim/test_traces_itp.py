@@ -105,3 +105,14 @@ def test_elasticflow_needs_its_deadline_column(tmp_path: Path) -> None:
     with pytest.raises(ParseError, match=r"header lacks column.*deadline") as err:
         load_trace(write(tmp_path, "c.csv", RAW), "elasticflow")
     assert err.value.line == 1
+
+
+def test_elasticflow_jobs_are_elastic_by_their_models_curve_and_cap(tmp_path: Path) -> None:
+    """vgg16 at batch 128 may run at 1..64 GPUs (ElasticFlow's A100 cap); gpt2 at batch 32 has no curve in the
+    artifact, so that job stays rigid; without a batch_size column every job is rigid."""
+    a, b = load_trace(write(tmp_path, "cluster05.csv", ELASTIC), "elasticflow").jobs
+    assert a.elastic is not None and a.elastic.curve.name == "vgg16@128"
+    assert (a.elastic.min_gpus, a.elastic.max_gpus, a.elastic.sizes()) == (1, 64, (1, 2, 4, 8, 16, 32, 64))
+    assert b.elastic is None
+    no_batch = ELASTIC.replace(",batch_size,", ",batch,")
+    assert all(j.elastic is None for j in load_trace(write(tmp_path, "c.csv", no_batch), "elasticflow").jobs)

@@ -9,9 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpupool.domain.elastic import Elastic
+from gpupool.domain.model_curves import MODEL_CURVES, elasticflow_max_gpus
 from gpupool.sim.traces import rows
 from gpupool.sim.traces.records import DeadlineKind, Trace, TraceJob
 from gpupool.sim.traces.rows import Columns, RowParser
+
+
+def _elastic(model: str, batch_size: int, gpus: int) -> Elastic | None:
+    curve = MODEL_CURVES.get(f"{model}@{batch_size}")
+    if curve is None or not curve.has(gpus):
+        return None
+    return Elastic(1, elasticflow_max_gpus(model, batch_size), curve)
 
 
 def _job_id(j: TraceJob) -> str:
@@ -56,8 +65,12 @@ def load_elasticflow(path: str | Path, *, skip_bad_rows: bool = False, limit: in
     Columns used: job_id -> job_id; submission_time (s) -> submit_s; duration (s) -> duration_s; num_gpu -> gpus;
     deadline (absolute, same clock as submission_time) -> deadline_s with deadline_kind STRICT (ElasticFlow
     drops a job it cannot finish in time, so a late finish is worth nothing); model_name -> model_name.
-    num_iteration and batch_size are not used. A deadline before the submission is a bad row; one shorter than
-    the duration is kept (ElasticFlow generates some infeasible deadlines on purpose).
+    model_name and batch_size -> elastic: the job may run at 1..ElasticFlow's cap for its model and batch size
+    GPUs (``domain/model_curves.py``, the artifact's A100 caps), at the sizes its model's measured curve has
+    (``<model>@<batch_size>``; the trace's durations are ``num_iteration / rate(num_gpu)`` of those curves), as
+    in ElasticFlow's own runs; a job whose curve is not known or lacks its GPU count stays rigid. num_iteration
+    is not used (the duration at num_gpu carries the same work). A deadline before the submission is a bad
+    row; one shorter than the duration is kept (ElasticFlow generates some infeasible deadlines on purpose).
     """
     p = rows.check_path(path)
 
@@ -71,15 +84,20 @@ def load_elasticflow(path: str | Path, *, skip_bad_rows: bool = False, limit: in
             c["model_name"],
         )
 
+        b = c.get("batch_size")
+
         def parse(r: list[str], line: int) -> TraceJob:
+            gpus = rows.integer(r, g, "num_gpu")
+            model = rows.text(r, m)
             return TraceJob(
                 job_id=rows.text(r, i),
                 submit_s=rows.number(r, s, "submission_time"),
                 duration_s=rows.number(r, d, "duration"),
-                gpus=rows.integer(r, g, "num_gpu"),
+                gpus=gpus,
                 deadline_s=rows.number(r, dl, "deadline"),
                 deadline_kind=DeadlineKind.STRICT,
-                model_name=rows.text(r, m) or None,
+                model_name=model or None,
+                elastic=None if b is None else _elastic(model, rows.integer(r, b, "batch_size"), gpus),
             )
 
         return parse
@@ -87,6 +105,7 @@ def load_elasticflow(path: str | Path, *, skip_bad_rows: bool = False, limit: in
     jobs, bad = rows.collect(
         p,
         required=("job_id", "submission_time", "duration", "num_gpu", "deadline", "model_name"),
+        optional=("batch_size",),
         make_parser=make,
         key=_job_id,
         skip_bad_rows=skip_bad_rows,

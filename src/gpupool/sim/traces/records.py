@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gpupool.domain.elastic import Elastic
 from gpupool.domain.errors import JobSpecError
 
 MILLI_PER_GPU = 1000
@@ -54,6 +55,7 @@ class TraceJob:
     deadline_kind: DeadlineKind = DeadlineKind.NONE
     status: str | None = None
     model_name: str | None = None  # the DL model the trace names (ElasticFlow, Chronus, Tiresias), for runtime models
+    elastic: Elastic | None = None  # resizable by its model's throughput curve (ElasticFlow's traces)
 
     def __post_init__(self) -> None:
         if self.gpus_per_task == -1 and self.tasks >= 1:
@@ -83,6 +85,7 @@ class TraceJob:
             self.deadline_kind,
             self.status,
             self.model_name,
+            self.elastic,
         )
 
     def _problem(self) -> str:

@@ -34,7 +34,8 @@ def to_job_spec(
     """The JobSpec for ``job`` on hosts of ``max_gpus_per_task`` GPUs, or None for a job without GPUs.
 
     ``know_durations`` hands the trace duration to the scheduler as the estimate (an oracle; off by default,
-    because users' estimates are poor). ``gpu_model`` alternatives ('|'-separated) become ``gpu_models``.
+    because users' estimates are poor; an elastic job declares its work, so its duration is always its estimate).
+    ``gpu_model`` alternatives ('|'-separated) become ``gpu_models``.
     """
     if job.gpus == 0 or job.gpu_milli == 0:
         return None
@@ -44,6 +45,11 @@ def to_job_spec(
     if job.gpu_milli < MILLI_PER_GPU:
         share = GpuShare(milli_gpu=job.gpu_milli, memory_mib=job.gpu_memory_mib or 0)
         tasks, per = job.tasks, 1
+    elif job.elastic is not None and job.duration_s > 0:
+        # Its size changes from run to run (the scheduler's plan decides it); its work is declared: the
+        # estimate at the asked size is what the job says, as ElasticFlow's users give their iterations.
+        tasks, per = task_split(job.gpus, max_gpus_per_task)
+        estimate = job.duration_s
     elif job.tasks > 1 and job.gpus_per_task <= max_gpus_per_task:
         tasks, per = job.tasks, job.gpus_per_task
     else:
@@ -62,4 +68,5 @@ def to_job_spec(
         gpu_models=models,
         estimated_runtime_s=estimate,
         deadline_s=job.deadline_s,
+        elastic=job.elastic if job.duration_s > 0 else None,
     )
