@@ -32,7 +32,7 @@ from typing import Protocol
 
 from gpupool.cluster.snapshot import NODE_UP, ClusterSnapshot, RunningJob
 from gpupool.domain.elastic import Elastic
-from gpupool.domain.jobs import JobSpec
+from gpupool.domain.jobs import JobSpec, Scope, TopologyMode, TopologyRequirement
 from gpupool.scheduler.backfill import expected_end
 from gpupool.scheduler.types import Ending, Preemption, ReasonCode, Signal, SignalKind, Waiting
 
@@ -335,11 +335,24 @@ class ElasticPlanner:
             take(best[2], best[3])
 
 
-def sized_spec(spec: JobSpec, gpus: int, host_gpus: int, runtime_s: float) -> JobSpec:
-    """``spec`` as this cycle places it: ``gpus`` GPUs in ranks that each fit one host (one rank when the
-    job fits one host), and its estimate at that size."""
-    per = gpus if gpus <= host_gpus else next(d for d in range(host_gpus, 0, -1) if gpus % d == 0)
-    return replace(spec, tasks=gpus // per, gpus_per_task=per, estimated_runtime_s=max(runtime_s, 1e-3), elastic=None)
+def sized_spec(spec: JobSpec, gpus: int, runtime_s: float, host_gpus: int) -> JobSpec:
+    """``spec`` as this cycle places it: ``gpus`` GPUs in ranks of its own ``gpus_per_task`` (so a restarted
+    job's ranks see the new world size), its estimate at that size and, unless it named a scope, one host
+    required when it fits one (else one leaf preferred): its curve was measured so, and a gang of one-GPU
+    ranks spread over hosts runs slower than the plan counts on (it waits for a host instead; the next
+    cycle plans again)."""
+    topology = spec.topology
+    if topology.scope is Scope.ANY and gpus <= host_gpus:
+        topology = TopologyRequirement(Scope.NVLINK, TopologyMode.REQUIRED)
+    elif topology.scope is Scope.ANY:
+        topology = TopologyRequirement(Scope.LEAF, TopologyMode.PREFERRED)
+    return replace(
+        spec,
+        tasks=gpus // spec.gpus_per_task,
+        estimated_runtime_s=max(runtime_s, 1e-3),
+        elastic=None,
+        topology=topology,
+    )
 
 
 class _Actuator(Protocol):
@@ -387,8 +400,8 @@ class ElasticStep:
             if actuator.preempt(Preemption(key, ReasonCode.RESIZE, msg), now_s):
                 planner.resized(r, now_s)
                 resized += 1
-        host_gpus = max(1, snapshot.index.max_gpus)
         refused = set(plan.rejected)
+        host_gpus = max(1, snapshot.index.max_gpus)
         queue: list[JobSpec] = []
         waiting: list[Waiting] = []
         for spec in pending:
@@ -396,7 +409,7 @@ class ElasticStep:
             if spec.elastic is None:
                 queue.append(spec)
             elif key in plan.sizes:
-                queue.append(sized_spec(spec, plan.sizes[key], host_gpus, planner.runtime(spec, plan.sizes[key])))
+                queue.append(sized_spec(spec, plan.sizes[key], planner.runtime(spec, plan.sizes[key]), host_gpus))
             elif key in plan.held and key not in refused:
                 waiting.append(Waiting(key, ReasonCode.NO_CAPACITY, "admitted; its share starts when GPUs free up"))
         return ElasticStep(tuple(queue), resized, ended, tuple(waiting))

@@ -46,9 +46,10 @@ def to_job_spec(
         share = GpuShare(milli_gpu=job.gpu_milli, memory_mib=job.gpu_memory_mib or 0)
         tasks, per = job.tasks, 1
     elif job.elastic is not None and job.duration_s > 0:
-        # Its size changes from run to run (the scheduler's plan decides it); its work is declared: the
-        # estimate at the asked size is what the job says, as ElasticFlow's users give their iterations.
-        tasks, per = task_split(job.gpus, max_gpus_per_task)
+        # Its size changes from run to run (the scheduler's plan decides it), one rank per GPU as elastic
+        # data-parallel training runs; its work is declared: the estimate at the asked size is what the job
+        # says, as ElasticFlow's users give their iterations.
+        tasks, per = job.gpus, 1
         estimate = job.duration_s
     elif job.tasks > 1 and job.gpus_per_task <= max_gpus_per_task:
         tasks, per = job.tasks, job.gpus_per_task
