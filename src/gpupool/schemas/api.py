@@ -109,6 +109,29 @@ class TopologyIn(_In):
     mode: Literal["required", "preferred"] = "preferred"
 
 
+class ElasticGpusIn(_In):
+    min: int = Field(ge=1, le=4096, description="the fewest GPUs it may run at")
+    max: int = Field(ge=1, le=4096, description="the most GPUs it may run at")
+    step: int = Field(default=1, ge=1, le=4096, description="sizes are min, min+step, ... (those on its curve)")
+
+
+class ElasticIn(_In):
+    """The GPU counts the job may run at and how fast it runs at each: the scheduler resizes it (a checkpoint
+    signal, a stop, a relaunch at the new size) to give it the fewest GPUs that meet its deadline."""
+
+    gpus: ElasticGpusIn
+    curve: Text | list[tuple[int, float]] = Field(
+        description="throughput per GPU count: [[1, 6.8], [2, 11.8], ...] (any unit), or a named curve: resnet50@256"
+    )
+
+    @field_validator("curve")
+    @classmethod
+    def _bounded(cls, curve: str | list[tuple[int, float]]) -> str | list[tuple[int, float]]:
+        if isinstance(curve, list) and not 1 <= len(curve) <= 256:
+            raise ValueError("a throughput curve has 1..256 points")
+        return curve
+
+
 RetryCause = Literal["failure", "node_lost", "preemption"]
 
 
@@ -174,6 +197,7 @@ class JobSubmit(_In):
     deadline_s: float | None = Field(default=None, ge=0, le=1e12, description="finish by, epoch seconds")
     min_tasks: int | None = Field(default=None, ge=1, le=4096)
     scaling: Literal["none", "linear"] = "none"
+    elastic: ElasticIn | None = Field(default=None, description="resizable: its sizes and throughput curve")
     idempotency_key: Text | None = Field(default=None, min_length=1, max_length=256)
     time_limit_s: Seconds | None = Field(
         default=None,

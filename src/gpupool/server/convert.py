@@ -6,6 +6,8 @@ import dataclasses
 
 from gpupool.domain import labels
 from gpupool.domain.dependencies import parse_array
+from gpupool.domain.elastic import Elastic, ThroughputCurve
+from gpupool.domain.errors import JobSpecError
 from gpupool.domain.jobs import (
     MILLI_PER_GPU,
     GpuShare,
@@ -18,7 +20,8 @@ from gpupool.domain.jobs import (
     TopologyMode,
     TopologyRequirement,
 )
-from gpupool.schemas.api import AttemptOut, JobOut, JobSubmit
+from gpupool.domain.model_curves import MODEL_CURVES
+from gpupool.schemas.api import AttemptOut, ElasticIn, JobOut, JobSubmit
 from gpupool.store import JobRecord
 from gpupool.store.records import AttemptRecord
 
@@ -59,7 +62,20 @@ def to_spec(body: JobSubmit, job_id: str, tenant: str, now_s: float) -> JobSpec:
         retry=None
         if body.retry is None
         else RetryPolicy(body.retry.count, frozenset(RetryOn(c) for c in body.retry.on)),
+        elastic=None if body.elastic is None else elastic(body.elastic),
     )
+
+
+def elastic(body: ElasticIn) -> Elastic:
+    """The elastic section: its curve's points, or the named curve (an unknown name is a 422 listing them)."""
+    if isinstance(body.curve, str):
+        curve = MODEL_CURVES.get(body.curve)
+        if curve is None:
+            known = ", ".join(sorted(MODEL_CURVES))
+            raise JobSpecError(f"unknown throughput curve {body.curve!r} (known: {known})", source="elastic.curve")
+    else:
+        curve = ThroughputCurve(tuple((g, r) for g, r in body.curve))
+    return Elastic(body.gpus.min, body.gpus.max, curve, body.gpus.step)
 
 
 def array_elements(spec: JobSpec, text: str, max_size: int) -> tuple[JobSpec, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpupool.domain.elastic import Elastic, ThroughputCurve
 from gpupool.domain.errors import JobSpecError, ParseError
 from gpupool.domain.jobs import (
     Allocation,
@@ -73,6 +74,16 @@ def _lifecycle_to_dict(spec: JobSpec) -> dict[str, Any]:
         out["array"] = {"id": spec.array_id, "index": spec.array_index, "cap": spec.array_cap}
     if spec.after:
         out["after"] = [{"kind": d.kind.value, "jobs": list(d.job_ids)} for d in spec.after]
+    if spec.elastic is not None:
+        # The points themselves, even for a named curve: the job keeps the curve it was submitted with.
+        el = spec.elastic
+        out["elastic"] = {
+            "min": el.min_gpus,
+            "max": el.max_gpus,
+            "step": el.step,
+            "curve": el.curve.name,
+            "points": [[g, r] for g, r in el.curve.points],
+        }
     return out
 
 
@@ -199,6 +210,20 @@ def _array(data: object, source: str) -> dict[str, Any]:
     }
 
 
+def _elastic(data: object, source: str) -> Elastic | None:
+    if data is None:
+        return None
+    r = _Reader(data, source, "elastic")
+    points: list[tuple[int, float]] = []
+    for p in r.list_("points"):
+        ok = isinstance(p, list) and len(p) == 2 and isinstance(p[0], int) and isinstance(p[1], int | float)
+        if not ok or isinstance(p[0], bool):
+            raise r.fail(f"elastic points must be [GPUs, throughput] pairs, got {p!r}")
+        points.append((p[0], float(p[1])))
+    curve = ThroughputCurve(tuple(points), r.str_("curve", ""))
+    return Elastic(r.int_("min"), r.int_("max"), curve, r.int_("step", 1))
+
+
 def _share(data: object, source: str) -> GpuShare | None:
     if data is None:
         return None
@@ -246,6 +271,7 @@ def spec_from_dict(data: object, source: str = "<spec>") -> JobSpec:
             signal_lead_s=r.opt_float("signal_lead_s"),
             retry=_retry(r.data.get("retry"), source),
             after=_after(r.data.get("after"), source),
+            elastic=_elastic(r.data.get("elastic"), source),
             **_array(r.data.get("array"), source),
         )
     except JobSpecError as e:

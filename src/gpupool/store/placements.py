@@ -210,7 +210,11 @@ def _check_shape(job: JobSpec, allocation: Allocation) -> None:
     where = f"allocation of job {job.job_id}"
     if allocation.job_id != job.job_id:
         raise InputError(f"allocation names job {allocation.job_id!r}", source=where)
-    if len(allocation.tasks) != job.tasks:
+    if job.elastic is not None:  # any of its sizes, in ranks of its own size
+        sizes = job.elastic.sizes(job.gpus_per_task)
+        if len(allocation.tasks) * job.gpus_per_task not in sizes:
+            raise InputError(f"{len(allocation.tasks)} tasks is none of the elastic job's sizes {sizes}", source=where)
+    elif len(allocation.tasks) != job.tasks:
         raise InputError(f"{len(allocation.tasks)} task allocations for a job of {job.tasks} tasks", source=where)
     want_milli = job.share.milli_gpu if job.share is not None else MILLI_PER_GPU
     for i, t in enumerate(allocation.tasks):

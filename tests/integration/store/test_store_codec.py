@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpupool.domain.elastic import Elastic, ThroughputCurve
 from gpupool.domain.errors import ParseError
 from gpupool.domain.jobs import (
     Allocation,
@@ -105,11 +106,12 @@ def test_codec_writes_every_field_of_jobspec() -> None:
         array_index=0,
         array_cap=2,
         after=(Dependency(DependencyKind.AFTEROK, ("x",)),),
+        elastic=Elastic(1, 4, ThroughputCurve(((1, 1.0), (2, 1.8), (4, 3.0)), "toy")),
     )
     written = set(spec_to_dict(full)) - {"v"}
     array = {"array_id", "array_index", "array_cap"}
     assert written == {f.name for f in dataclasses.fields(JobSpec)} - array | {"array"}
-    lifecycle = {"time_limit_s", "signal_lead_s", "retry", "array", "after"}
+    lifecycle = {"time_limit_s", "signal_lead_s", "retry", "array", "after", "elastic"}
     assert set(spec_to_dict(JobSpec("j"))) == written - lifecycle | {"v"}
 
 
@@ -123,6 +125,8 @@ def test_codec_writes_every_field_of_jobspec() -> None:
         ({"job_id": "j", "priority": "urgent"}, "unknown priority 'urgent'"),
         ({"job_id": "j", "topology": {"scope": "rack"}}, "bad topology"),
         ({"job_id": "j", "node_selector": [["a"]]}, "node_selector entries"),
+        ({"job_id": "j", "elastic": {"min": 1, "max": 2, "points": [[1, "x"]]}}, "elastic points must be"),
+        ({"job_id": "j", "elastic": {"min": 1, "max": 2, "points": []}}, "at least one point"),
         ({"job_id": "j", "tasks": 0}, "tasks must be >= 1"),
         ({"job_id": "j", "v": 99}, "version 99 is not supported"),
         ({"job_id": "j", "scaling": "cubic"}, "unknown scaling 'cubic'"),

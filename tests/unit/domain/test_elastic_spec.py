@@ -43,7 +43,7 @@ def test_a_valid_elastic_job_is_accepted_with_its_asked_size_on_the_curve() -> N
     ],
 )
 def test_a_bad_elastic_section_is_refused_with_one_clear_error(kw: dict[str, object], message: str) -> None:
-    with pytest.raises(JobSpecError, match=None) as err:
+    with pytest.raises(JobSpecError) as err:
         job(**kw)
     assert message in str(err.value)
 
