@@ -53,7 +53,8 @@ class ElasticConfig:
 class ElasticPlan:
     """``sizes``: GPUs each elastic job runs at from now (running or to be placed now); ``resizes``: running
     jobs whose size changes; ``rejected``: deadline jobs refused (or no longer able to finish in time);
-    ``held``: admitted jobs that wait for GPUs planned free later."""
+    ``held``: waiting jobs not placed now (admitted ones whose share starts later, best-effort ones that
+    found no room)."""
 
     sizes: Mapping[str, int] = field(default_factory=dict)
     resizes: tuple[str, ...] = ()
@@ -355,6 +356,9 @@ def sized_spec(spec: JobSpec, gpus: int, runtime_s: float, host_gpus: int) -> Jo
     )
 
 
+_NO_ROOM = "no GPUs left by the deadline jobs' shares for its smallest size"
+
+
 class _Actuator(Protocol):
     """The part of ``driver.Actuator`` a plan needs (the driver's protocol, restated to avoid a cycle)."""
 
@@ -411,5 +415,6 @@ class ElasticStep:
             elif key in plan.sizes:
                 queue.append(sized_spec(spec, plan.sizes[key], planner.runtime(spec, plan.sizes[key]), host_gpus))
             elif key in plan.held and key not in refused:
-                waiting.append(Waiting(key, ReasonCode.NO_CAPACITY, "admitted; its share starts when GPUs free up"))
+                why = "admitted; its share starts when GPUs free up" if spec.deadline_s is not None else _NO_ROOM
+                waiting.append(Waiting(key, ReasonCode.NO_CAPACITY, why))
         return ElasticStep(tuple(queue), resized, ended, tuple(waiting))

@@ -6,6 +6,8 @@ left goes to best-effort jobs and then by marginal gain, and a running job chang
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sched_builders import make_fabric
 from test_driver import Recorder
 
@@ -131,3 +133,33 @@ def test_a_resize_that_saves_less_than_its_restart_is_not_made() -> None:
 
 def _alloc(key: str, gpus: int) -> Allocation:
     return Allocation(key, (TaskAllocation(make_fabric(1, 1, 8).hosts[0].name, tuple(range(gpus))),))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(5.0, 500.0), st.one_of(st.none(), st.floats(10.0, 2000.0)), st.sampled_from([1, 2, 4, 8])),
+        min_size=1,
+        max_size=14,
+    ),
+    st.sampled_from([4, 8, 16]),
+)
+def test_a_plan_fits_the_gpus_and_gives_every_admitted_job_a_size_that_meets_its_deadline(
+    rows: list[tuple[float, float | None, int]], gpus: int
+) -> None:
+    """For any queue: the sizes planned now fit the pool, each is one of the job's sizes, every deadline job is
+    either refused, held for later, or planned at a size whose finish (its work at that size) meets its
+    deadline; best-effort jobs are never refused."""
+    jobs = [ejob(f"j{i}", dl, est=est, top=top) for i, (est, dl, top) in enumerate(rows)]
+    p = plan(gpus, jobs)
+    assert sum(p.sizes.values()) <= gpus
+    by_id = {j.job_id: j for j in jobs}
+    for key, g in p.sizes.items():
+        j = by_id[key]
+        assert j.elastic is not None and g in j.elastic.sizes()
+        if j.deadline_s is not None:
+            assert j.estimated_runtime_s is not None
+            assert j.estimated_runtime_s * CURVE.rate(1) / CURVE.rate(g) <= j.deadline_s - ElasticConfig().margin_s
+    assert all(by_id[k].deadline_s is not None for k in p.rejected)
+    assert set(p.sizes) | set(p.rejected) | p.held == set(by_id)  # every job is decided, once
+    assert not (set(p.sizes) & set(p.rejected)) and not (set(p.sizes) & p.held)
