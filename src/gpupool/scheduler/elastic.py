@@ -223,10 +223,11 @@ class ElasticPlanner:
         rejected: list[str] = []
         messages: dict[str, str] = {}
         # Admitted jobs first, then the new ones: a newcomer never takes an admitted job's share.
+        admitted = set(self._admitted)  # as of the last plan: each job is decided once here
         for admitted_pass in (True, False):
             for j in jobs:
                 key = j.spec.job_id
-                if j.spec.deadline_s is None or (key in self._admitted) is not admitted_pass:
+                if j.spec.deadline_s is None or (key in admitted) is not admitted_pass:
                     continue
                 share = self._share(j, profile, now_s)
                 if share is None:
@@ -239,10 +240,14 @@ class ElasticPlanner:
                 base[key] = share
                 profile.add(start, start + j.duration(g, cfg), g)
         sizes = {k: g for k, (g, s) in base.items() if s <= now_s}
-        self._fill(jobs, sizes, base, profile, now_s)
-        resizes = tuple(j.spec.job_id for j in jobs if j.current and sizes.get(j.spec.job_id, 0) != j.current)
+        # A running job refused (it can no longer finish in time) is ended: it gets no GPUs and no resize.
+        refused = set(rejected)
+        self._fill([j for j in jobs if j.spec.job_id not in refused], sizes, base, profile, now_s)
+        resizes = tuple(
+            k for j in jobs if j.current and sizes.get(k := j.spec.job_id, 0) != j.current and k not in refused
+        )
         held = frozenset(j.spec.job_id for j in jobs if not j.current and j.spec.job_id not in sizes)
-        return ElasticPlan(sizes, resizes, tuple(rejected), held - set(rejected), messages)
+        return ElasticPlan(sizes, resizes, tuple(rejected), held - refused, messages)
 
     def _job(self, spec: JobSpec, current: int, running_work: float, snapshot: ClusterSnapshot) -> _Job:
         el = spec.elastic

@@ -163,3 +163,30 @@ def test_a_plan_fits_the_gpus_and_gives_every_admitted_job_a_size_that_meets_its
     assert all(by_id[k].deadline_s is not None for k in p.rejected)
     assert set(p.sizes) | set(p.rejected) | p.held == set(by_id)  # every job is decided, once
     assert not (set(p.sizes) & set(p.rejected)) and not (set(p.sizes) & p.held)
+
+
+def test_a_running_job_that_can_no_longer_meet_its_deadline_is_ended_not_resized() -> None:
+    """Placed at t=0 but started only at t=85 (a slow launch), deadline t=105: at t=90 it has 95 s of 1-GPU
+    work left; on 1 GPU that ends at t=185, on 8 (24 s plus the 60 s restart) at t=174. It is refused (ended),
+    keeps no GPUs in the plan, and no resize of it is asked."""
+    planner = ElasticPlanner()
+    job = ejob("j", 105.0, est=100.0)
+    state = state_of(8, [job])
+    state.apply(JobPlaced(_alloc("j", 1), 0.0))
+    state.apply(JobStarted("j", 85.0))
+    snap = state.snapshot()
+    p = planner.plan(snap, snap.pending, 90.0)
+    assert p.rejected == ("j",) and p.resizes == () and "j" not in p.sizes
+
+
+def test_an_admitted_job_that_is_refused_later_is_refused_once() -> None:
+    """The same job must not be decided twice in one plan (admitted pass, then as a newcomer): one ending."""
+    planner = ElasticPlanner()
+    job = ejob("j", 105.0, est=100.0)
+    state = state_of(8, [job])
+    snap = state.snapshot()
+    assert dict(planner.plan(snap, snap.pending, 0.0).sizes) == {"j": 8}  # admitted, alone: grows to 8
+    state.apply(JobPlaced(_alloc("j", 1), 0.0))
+    state.apply(JobStarted("j", 85.0))
+    snap = state.snapshot()
+    assert planner.plan(snap, snap.pending, 90.0).rejected == ("j",)
