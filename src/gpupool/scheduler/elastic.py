@@ -222,14 +222,23 @@ class ElasticPlanner:
         base: dict[str, tuple[int, float]] = {}  # job -> (GPUs, start)
         rejected: list[str] = []
         messages: dict[str, str] = {}
-        # Admitted jobs first, then the new ones: a newcomer never takes an admitted job's share.
-        admitted = set(self._admitted)  # as of the last plan: each job is decided once here
+        # Admitted jobs first, then the new ones: a newcomer never takes an admitted job's share. A running
+        # deadline job this planner never admitted was admitted by another (a new leader's first plans): the
+        # work of its earlier runs is unknown here, so it is kept at its size rather than refused.
+        inherited = {
+            j.spec.job_id
+            for j in jobs
+            if j.current and j.spec.deadline_s is not None and j.spec.job_id not in self._admitted
+        }
+        admitted = self._admitted | inherited  # as of the last plan: each job is decided once here
         for admitted_pass in (True, False):
             for j in jobs:
                 key = j.spec.job_id
                 if j.spec.deadline_s is None or (key in admitted) is not admitted_pass:
                     continue
                 share = self._share(j, profile, now_s)
+                if share is None and key in inherited:
+                    share = (j.current, now_s)
                 if share is None:
                     rejected.append(key)
                     self._admitted.discard(key)

@@ -165,22 +165,23 @@ def test_a_plan_fits_the_gpus_and_gives_every_admitted_job_a_size_that_meets_its
     assert not (set(p.sizes) & set(p.rejected)) and not (set(p.sizes) & p.held)
 
 
-def test_a_running_job_that_can_no_longer_meet_its_deadline_is_ended_not_resized() -> None:
-    """Placed at t=0 but started only at t=85 (a slow launch), deadline t=105: at t=90 it has 95 s of 1-GPU
-    work left; on 1 GPU that ends at t=185, on 8 (24 s plus the 60 s restart) at t=174. It is refused (ended),
-    keeps no GPUs in the plan, and no resize of it is asked."""
-    planner = ElasticPlanner()
+def test_a_running_job_another_planner_admitted_is_kept_not_refused() -> None:
+    """A new leader's planner sees a job running that it never admitted (placed at t=0, started at t=85,
+    deadline t=105): by this run alone 95 s of 1-GPU work are left, which no size finishes in time, but
+    the runs before are unknown here. It is kept at its size: not ended, not resized."""
     job = ejob("j", 105.0, est=100.0)
     state = state_of(8, [job])
     state.apply(JobPlaced(_alloc("j", 1), 0.0))
     state.apply(JobStarted("j", 85.0))
     snap = state.snapshot()
-    p = planner.plan(snap, snap.pending, 90.0)
-    assert p.rejected == ("j",) and p.resizes == () and "j" not in p.sizes
+    p = ElasticPlanner().plan(snap, snap.pending, 90.0)
+    assert p.rejected == () and p.resizes == () and p.sizes["j"] == 1
 
 
 def test_an_admitted_job_that_is_refused_later_is_refused_once() -> None:
-    """The same job must not be decided twice in one plan (admitted pass, then as a newcomer): one ending."""
+    """Admitted (alone, pending at t=0), then started only at t=85 with its deadline at t=105: at t=90, 95 s
+    of 1-GPU work are left; 1 GPU ends at t=185, 8 (24 s plus the 60 s restart) at t=174. It is refused
+    once (not again as a newcomer in the same plan), keeps no GPUs in the plan, and no resize is asked."""
     planner = ElasticPlanner()
     job = ejob("j", 105.0, est=100.0)
     state = state_of(8, [job])
@@ -189,4 +190,5 @@ def test_an_admitted_job_that_is_refused_later_is_refused_once() -> None:
     state.apply(JobPlaced(_alloc("j", 1), 0.0))
     state.apply(JobStarted("j", 85.0))
     snap = state.snapshot()
-    assert planner.plan(snap, snap.pending, 90.0).rejected == ("j",)
+    p = planner.plan(snap, snap.pending, 90.0)
+    assert p.rejected == ("j",) and p.resizes == () and "j" not in p.sizes
