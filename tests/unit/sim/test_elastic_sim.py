@@ -54,3 +54,18 @@ def test_an_infeasible_deadline_is_refused_at_once_and_counted_as_missed() -> No
     (r,) = res.records
     assert r.start_s is None and r.end_s is None
     assert compute_metrics(res)["deadline_met_ratio"] == 0.0
+
+
+def test_an_elastic_run_is_deterministic_and_never_holds_more_gpus_than_the_cluster() -> None:
+    """Thirty jobs in bursts on 16 GPUs, deadlines loose and tight: the same records twice, usage within the
+    cluster at every change, and every job either met its deadline, was refused unstarted, or (ended while
+    running) never finished."""
+    jobs = [
+        ejob(f"j{i:02d}", float(50 * (i // 5)), 30.0 + 17.0 * (i % 7), 50 * (i // 5) + (25.0 + 40.0 * (i % 4)))
+        for i in range(30)
+    ]
+    runs = [Engine(uniform_fabric(16, 8), jobs, SchedulerSettings()).run() for _ in range(2)]
+    assert runs[0].records == runs[1].records
+    assert all(0 <= u <= 16 for _, u in runs[0].usage)
+    for r in runs[0].records:
+        assert r.end_s is None or r.deadline_s is None or r.end_s <= r.deadline_s
