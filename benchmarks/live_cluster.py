@@ -142,13 +142,13 @@ class LiveCluster:
     def states(self) -> dict[str, str]:
         """Job id -> state, for every job of the benchmark's tenant (one request per 1,000 jobs)."""
         out: dict[str, str] = {}
-        after: str | None = None
-        while True:
-            params: dict[str, Any] = {"tenant": "bench", "limit": 1000, **({"after": after} if after else {})}
-            page = self.http.get("/v1/jobs", params=params).json()
+        offset = 0
+        while True:  # oldest first: no page shifts under the next one
+            params: dict[str, Any] = {"tenant": "bench", "limit": 1000, "offset": offset, "sort": "submitted"}
+            page = self.http.get("/v1/jobs", params={**params, "order": "asc"}).json()
             out.update((j["id"], j["state"]) for j in page["jobs"])
-            after = page["next_after"]
-            if after is None:
+            offset += len(page["jobs"])
+            if offset >= page["total"] or not page["jobs"]:
                 return out
 
     def wait_finished(self, ids: list[str], timeout_s: float) -> None:

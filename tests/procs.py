@@ -138,14 +138,13 @@ class ServerProc:
         return str(self.admin("POST", "/v1/tokens", json={"tenant": name})["token"])
 
     def all_jobs(self) -> list[dict[str, Any]]:
+        # Oldest first: a job submitted meanwhile lands on a later page, so no page shifts under the next one.
         jobs: list[dict[str, Any]] = []
-        after = None
         while True:
-            params: dict[str, Any] = {"limit": 1000, **({"after": after} if after else {})}
+            params = {"limit": 1000, "offset": len(jobs), "sort": "submitted", "order": "asc"}
             page = self.admin("GET", "/v1/jobs", params=params)
             jobs += page["jobs"]
-            after = page["next_after"]
-            if after is None:
+            if len(jobs) >= page["total"] or not page["jobs"]:
                 return jobs
 
     def kill9(self) -> None:

@@ -178,7 +178,7 @@ def jobs(
 ) -> None:
     """List your jobs (an admin sees every tenant's)."""
     with _client() as c:
-        listed = c.jobs(state=state, pool=pool, limit=limit, array=array).jobs
+        listed = c.jobs(states=[state] if state else [], pool=pool, limit=limit, array=array).jobs
     _emit(fmt, JOB_COLS, [_job_row(j) for j in listed], [j.model_dump() for j in listed])
 
 

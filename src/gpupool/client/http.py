@@ -7,7 +7,7 @@ token it refuses (AuthFailedError), or what the server said (ApiError with its s
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -105,14 +105,41 @@ class Client:
     def jobs(
         self,
         *,
-        state: str | None = None,
+        states: Sequence[str] = (),
+        active: bool | None = None,
+        tenant: str | None = None,
         pool: str | None = None,
-        limit: int = 100,
         array: str | None = None,
-        after: str | None = None,
+        q: str | None = None,
+        submitted_after: float | None = None,
+        submitted_before: float | None = None,
+        sort: str = "default",
+        order: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
     ) -> api.JobList:
-        pairs = (("state", state), ("pool", pool), ("limit", limit), ("array", array), ("after", after))
-        return self._call("GET", "/v1/jobs", api.JobList, params={k: v for k, v in pairs if v is not None})
+        """One page of ``GET /v1/jobs`` (``total`` counts every match)."""
+        pairs: list[tuple[str, str | int | float | bool | None]] = [("state", s) for s in states]
+        pairs += [
+            ("active", None if active is None else str(active).lower()),
+            ("tenant", tenant),
+            ("pool", pool),
+            ("array", array),
+            ("q", q),
+            ("submitted_after", submitted_after),
+            ("submitted_before", submitted_before),
+            ("sort", sort),
+            ("order", order),
+            ("limit", limit),
+            ("offset", offset),
+        ]
+        return self._call("GET", "/v1/jobs", api.JobList, params=[(k, v) for k, v in pairs if v is not None])
+
+    def queue(
+        self, *, tenant: str | None = None, pool: str | None = None, limit: int = 100, offset: int = 0
+    ) -> api.QueueOut:
+        pairs = (("tenant", tenant), ("pool", pool), ("limit", limit), ("offset", offset))
+        return self._call("GET", "/v1/queue", api.QueueOut, params={k: v for k, v in pairs if v is not None})
 
     def array(self, array_id: str) -> api.ArrayOut:
         return self._call("GET", f"/v1/arrays/{array_id}", api.ArrayOut)
@@ -120,8 +147,8 @@ class Client:
     def cancel_array(self, array_id: str) -> api.ArrayOut:
         return self._call("POST", f"/v1/arrays/{array_id}/cancel", api.ArrayOut)
 
-    def job(self, job_id: str) -> api.JobOut:
-        return self._call("GET", f"/v1/jobs/{job_id}", api.JobOut)
+    def job(self, job_id: str) -> api.JobDetail:
+        return self._call("GET", f"/v1/jobs/{job_id}", api.JobDetail)
 
     def events(self, job_id: str) -> api.EventList:
         return self._call("GET", f"/v1/jobs/{job_id}/events", api.EventList)

@@ -33,10 +33,26 @@ from gpupool.domain.errors import InputError
 from gpupool.domain.labels import check_labels
 from gpupool.domain.units import parse_duration, parse_memory_mib
 from gpupool.domain.workload import check_command, command_size, env_size
+from gpupool.schemas import jobs as _jobs
+
+# The job wire models live in ``schemas.jobs``; named here too, so ``api.JobOut`` and friends keep working.
+ArrayOut = _jobs.ArrayOut
+AttemptList = _jobs.AttemptList
+AttemptOut = _jobs.AttemptOut
+EventList = _jobs.EventList
+EventOut = _jobs.EventOut
+JobDetail = _jobs.JobDetail
+JobList = _jobs.JobList
+JobOut = _jobs.JobOut
+LogsOut = _jobs.LogsOut
+QueueOut = _jobs.QueueOut
+RankOut = _jobs.RankOut
+StateName = _jobs.StateName
+SubmitOut = _jobs.SubmitOut
+WhyOut = _jobs.WhyOut
 
 DEFAULT_RETRY_ON: tuple[Literal["failure", "node_lost", "preemption"], ...] = ("failure", "node_lost")
 PriorityName = Literal["best_effort", "batch", "normal", "high", "realtime"]
-StateName = Literal["pending", "placed", "running", "finished", "failed", "cancelled", "timeout"]
 Name = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -314,105 +330,6 @@ def _check(rule: Callable[[], object]) -> None:
         rule()
     except InputError as e:
         raise ValueError(str(e)) from None
-
-
-class JobOut(_Out):
-    id: str
-    state: StateName
-    version: int
-    tenant: str
-    pool: str
-    name: str
-    priority: str
-    tasks: int
-    gpus_per_task: int
-    milli_gpu: int | None
-    preemptible: bool
-    submit_time_s: float
-    deadline_s: float | None
-    reason_code: str
-    reason: str
-    created_s: float
-    updated_s: float
-    idempotency_key: str | None
-    attempt: int = 0  # its current (or last) run; 0 before its first placement
-    time_limit_s: float | None = None
-    array_id: str | None = None  # the array it is an element of
-    array_index: int | None = None
-
-
-class AttemptOut(_Out):
-    """One run of a job: where, from when to when, and how it ended."""
-
-    attempt: int
-    state: str  # finished, failed, timeout, cancelled, preempted, node_lost, requeued; placed, running
-    hosts: list[str]
-    gpu_model: str
-    gpus: float
-    placed_s: float
-    started_s: float | None
-    ended_s: float | None
-    exit_code: int | None
-    reason: str
-
-
-class AttemptList(_Out):
-    job_id: str
-    attempts: list[AttemptOut]
-
-
-class SubmitOut(_Out):
-    job: JobOut  # an array's first element
-    created: bool
-    array_id: str | None = None
-    jobs: int = 1  # an array's elements
-
-
-class ArrayOut(_Out):
-    """An array as one: its size, its cap, how many elements are in each state."""
-
-    array_id: str
-    tenant: str
-    size: int
-    cap: int
-    states: dict[str, int]
-
-
-class JobList(_Out):
-    jobs: list[JobOut]
-    next_after: str | None
-
-
-class WhyOut(_Out):
-    id: str
-    state: StateName
-    reason_code: str
-    reason: str
-    deadline: str | None = None  # deadline jobs: the admission answer (feasible, at_risk, infeasible)
-    deadline_detail: str | None = None  # the admission's sentence: earliest finish, deadline, slack
-    earliest_finish_s: float | None = None
-
-
-class EventOut(_Out):
-    id: int
-    at_s: float
-    actor: str
-    action: str
-    data: dict[str, object]
-
-
-class EventList(_Out):
-    events: list[EventOut]
-
-
-class LogsOut(_Out):
-    job_id: str
-    rank: int
-    stream: Literal["stdout", "stderr"]
-    text: str
-    # Where the log goes on: ask again with ``offset`` set to it for what was written since (None: an older
-    # agent, which cannot say).
-    next_offset: int | None = None
 
 
 class GpuOut(_Out):

@@ -43,6 +43,7 @@ from gpupool.server.core import Server, build_server
 from gpupool.server.door import AuthFailures, BodyLimit
 from gpupool.server.fastsubmit import SubmitFastPath
 from gpupool.server.gateway import ProtocolUnsupportedError
+from gpupool.server.job_routes import router as job_router
 from gpupool.server.logs import RequestIds
 from gpupool.server.openapi import document
 from gpupool.server.routes import ForbiddenError, Srv, router
@@ -160,6 +161,7 @@ def create_app(
     app.add_exception_handler(GpupoolError, _error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.include_router(router)
+    app.include_router(job_router)
     app.include_router(accounting_router)
     app.include_router(token_router)
     app.include_router(admin_router)

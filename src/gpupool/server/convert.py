@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from gpupool.domain import labels
 from gpupool.domain.dependencies import parse_array
@@ -21,6 +22,7 @@ from gpupool.domain.jobs import (
     TopologyRequirement,
 )
 from gpupool.domain.model_curves import MODEL_CURVES
+from gpupool.domain.states import JobState
 from gpupool.schemas.api import AttemptOut, ElasticIn, JobOut, JobSubmit
 from gpupool.store import JobRecord
 from gpupool.store.records import AttemptRecord
@@ -96,7 +98,24 @@ def array_elements(spec: JobSpec, text: str, max_size: int) -> tuple[JobSpec, ..
     )
 
 
-def job_out(r: JobRecord) -> JobOut:
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A job's current (or last) run as a listing shows it, and the time its runtime is counted to."""
+
+    started_s: float | None
+    ended_s: float | None
+    exit_code: int | None
+    now_s: float
+
+    @property
+    def runtime_s(self) -> float | None:
+        if self.started_s is None:
+            return None
+        return max(0.0, (self.ended_s if self.ended_s is not None else self.now_s) - self.started_s)
+
+
+def job_out(r: JobRecord, run: Run | None = None, position: int | None = None) -> JobOut:
+    """The job on the wire; ``run``: its current run's times and exit; ``position``: its place in the queue."""
     s = r.spec
     return JobOut(
         id=s.job_id,
@@ -121,6 +140,12 @@ def job_out(r: JobRecord) -> JobOut:
         time_limit_s=s.time_limit_s,
         array_id=s.array_id or None,
         array_index=s.array_index,
+        gpus=s.gpu_milli / MILLI_PER_GPU,
+        started_s=None if run is None else run.started_s,
+        ended_s=None if run is None else run.ended_s,
+        runtime_s=None if run is None else run.runtime_s,
+        exit_code=None if run is None else run.exit_code,
+        queue_position=position if r.state is JobState.PENDING else None,
     )
 
 

@@ -11,14 +11,15 @@ from gpupool.domain.errors import ParseError
 from gpupool.scheduler.settings import problems
 from gpupool.server.auth import Authenticator
 from gpupool.server.fabric_cache import FabricCache
+from gpupool.server.feasible import SubmitCheck
 from gpupool.server.gateway import AgentGateway
 from gpupool.server.hostcache import HostCache
-from gpupool.server.labels import LabelIndex
 from gpupool.server.leader import LeaderLease
 from gpupool.server.liveness import BeatWorkers, IntakeWatch, LastSeen
 from gpupool.server.loop import SchedulingLoop
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.push import CommandPush, Doorbell, Refresher
+from gpupool.server.queueorder import QueueOrder
 from gpupool.server.settings import Settings
 from gpupool.server.submits import SubmitWriter
 from gpupool.store import Store
@@ -39,9 +40,10 @@ class Server:
     metrics: ServerMetrics
     clock: Callable[[], float]
     submits: SubmitWriter
-    labels: LabelIndex  # every node's labels, for the submit-time node_selector check
+    fits: SubmitCheck  # the submit-time check: a job that can never run is refused
     push: CommandPush
     beats: BeatWorkers  # the agents' beats and reports, on threads of their own, and the watch of their progress
+    queue: QueueOrder  # the pending jobs in the configured policy's order, as of the leader's last cycle
 
     def close(self) -> None:
         self.push.refresher.stop()
@@ -99,7 +101,18 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
         max_pending_per_tenant=settings.max_pending_per_tenant,
         retry_s=settings.store_retry_s,
     )
-    labels = LabelIndex(store.list_nodes, settings.host_cache_s, clock)
+    fits = SubmitCheck(store.list_nodes, lambda: defined_pools(store), settings.host_cache_s, clock)
     push = CommandPush(gateway.commands, bell, refresher, settings.command_wait_s, clock)
     beats = BeatWorkers(settings.heartbeat_workers, intake)
-    return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits, labels, push, beats)
+    queue = QueueOrder(lambda: loop.last_run, settings.scheduler.policy)
+    return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits, fits, push, beats, queue)
+
+
+def defined_pools(store: Store) -> set[str]:
+    """The pools in use: stored pools, the pools their calendars name, and the pools quotas are set in."""
+    out: set[str] = set()
+    for p in store.list_pools():
+        out.add(p.name)
+        out.update(p.calendar.pools)
+    out.update(q.pool for q in store.list_quotas())
+    return out

@@ -4,15 +4,14 @@ Derived labels (``gpupool.domain.labels``) come from the registering agent's inv
 imported fabric (leaf, scalable unit, rails, and NVIDIA Topograph's keys as ``fabric export labels`` writes
 them); they are stored with the agent's own labels at every registration, so a fabric imported later shows
 in them when the node next registers. The synthetic fabric (no import) says nothing about a host's place, so
-it gives none. ``LabelIndex`` answers, at submit, whether any node has every label of a job's ``node_selector``;
-a selector nobody can match is refused with the labels that do exist, rather than waiting forever.
+it gives none. At submit (``server.feasible``), a ``node_selector`` nobody can match is refused with the labels
+that do exist (``refusal``), rather than waiting forever.
 """
 
 from __future__ import annotations
 
-import threading
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
 from gpupool.domain import labels as keys
@@ -20,7 +19,6 @@ from gpupool.domain.errors import GpupoolError
 from gpupool.fabric.export.topograph import node_labels
 from gpupool.fabric.fabric import Fabric
 from gpupool.schemas.agent import RegisterRequest
-from gpupool.store.records import NodeRecord
 
 _SHOWN = 12  # values listed per key in a refusal
 
@@ -58,45 +56,6 @@ def derived_labels(fabric: Fabric | None, inventory: RegisterRequest) -> dict[st
             out[keys.LEAF] = fabric.switches[leaves[0]].name
     out.update(_topograph(fabric).get(inventory.host, {}))
     return out
-
-
-class LabelIndex:
-    """Every node's labels, for the submit-time selector check (thread-safe).
-
-    Read from the store at most once per ``ttl_s``; a selector the cached labels cannot match is checked again
-    against a fresh read before it is refused, so a label set a moment ago (on any replica) is never refused.
-    A label removed by another replica, or by an agent registering without it, may still let a job in for
-    ``ttl_s``: it then waits with ``no_matching_hosts``, as if the label had gone just after its submit.
-    """
-
-    def __init__(self, nodes: Callable[[], Sequence[NodeRecord]], ttl_s: float, clock: Callable[[], float]) -> None:
-        self._nodes, self._ttl_s, self._clock = nodes, ttl_s, clock
-        self._lock = threading.Lock()
-        self._labels: tuple[frozenset[tuple[str, str]], ...] | None = None
-        self._at = 0.0
-
-    def invalidate(self) -> None:
-        """Labels were removed here: a cached match must not let a job in that nothing can place any more."""
-        with self._lock:
-            self._labels = None
-
-    def cached_match(self, selector: Iterable[tuple[str, str]]) -> bool:
-        """Whether a node matches by the cached labels (no store read; False when none are cached yet)."""
-        wanted = frozenset(selector)
-        with self._lock:
-            labels, fresh = self._labels, self._clock() - self._at < self._ttl_s
-        return labels is not None and fresh and any(wanted <= lab for lab in labels)
-
-    def check(self, selector: Iterable[tuple[str, str]]) -> None:
-        """Raise ``NoMatchingNodesError`` naming the labels that exist unless a node has all of ``selector``
-        (reads the store: call it off the event loop, after ``cached_match`` said no)."""
-        wanted = frozenset(selector)
-        now = self._clock()
-        labels = tuple(frozenset(n.labels) for n in self._nodes())
-        with self._lock:
-            self._labels, self._at = labels, now
-        if not any(wanted <= lab for lab in labels):
-            raise NoMatchingNodesError(refusal(wanted, labels))
 
 
 def refusal(wanted: Iterable[tuple[str, str]], labels: Sequence[Iterable[tuple[str, str]]]) -> str:

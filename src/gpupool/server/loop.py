@@ -40,7 +40,7 @@ from gpupool.domain.jobs import Allocation, JobSpec, RetryOn
 from gpupool.domain.states import JobState, NodeState
 from gpupool.scheduler import CycleInputs, ScheduleRequest, SharingPolicy
 from gpupool.scheduler.deadlines import Admission, admit
-from gpupool.scheduler.driver import CycleDriver
+from gpupool.scheduler.driver import CycleDriver, CycleRun
 from gpupool.scheduler.settings import scheduler_config
 from gpupool.scheduler.types import Ending, Preemption, ReasonCode, Signal, Waiting
 from gpupool.server.fabric_cache import FabricCache
@@ -133,8 +133,10 @@ class SchedulingLoop(StoreSync):
         self._driver = CycleDriver(config, half_life)
         # What this loop applied and decided, for ``gpupool sim replay`` (``server.journal``); off by default.
         self._journal = Journal(settings.journal_path, config, half_life) if settings.journal_path else NoJournal()
-        # The last cycle's request (immutable), for /why's deadline admission from request threads.
+        # The last cycle's request (immutable), for /why's deadline admission from request threads, and the
+        # whole run (request and result) for the queue's order (``server.queueorder``); None on a standby.
         self._view: ScheduleRequest | None = None
+        self.last_run: CycleRun | None = None
         # Jobs this process committed since the last sync (from the group-commit writer): their specs, so the
         # sync folds them in without reading each spec back (a hint: a job missing here is read as before).
         self._fresh_lock = threading.Lock()
@@ -232,6 +234,7 @@ class SchedulingLoop(StoreSync):
         self._state = None
         self._dirty = True
         self._leader_since = None
+        self.last_run = None  # what a standby knows of the queue's order: nothing
 
     def _cycle(self, started: float) -> CycleReport:
         nodes = self._mark_lost_nodes()  # the cycle's one read of the nodes (up to 3 ORM reads of them cost more)
@@ -263,6 +266,7 @@ class SchedulingLoop(StoreSync):
         self._journal.decided(run.result)
         placed = self._store_placements()
         self._view = run.request
+        self.last_run = run
         seconds = time.perf_counter() - started
         self._observe(state, seconds, placed, run.preempted, nodes)
         self.cycles += 1

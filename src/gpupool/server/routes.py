@@ -26,7 +26,7 @@ from gpupool.fabric import jsonio
 from gpupool.schemas import api
 from gpupool.server.agentlogs import AgentUnreachableError, LogFetcher, log_key
 from gpupool.server.auth import actor
-from gpupool.server.convert import array_elements, attempt_out, job_out, node_selector, to_spec
+from gpupool.server.convert import array_elements, attempt_out, job_out, to_spec
 from gpupool.server.core import Server
 from gpupool.store import JobRecord, NodeRecord, Principal
 from gpupool.store.server_ops import Submission, assignment_id
@@ -124,14 +124,13 @@ async def accept_submit(
             raise InputError("a tenant token submits for its own tenant only", source="body.tenant")
         assert who.tenant is not None
         tenant = who.tenant
-    selector = node_selector(body)
-    if selector and not srv.labels.cached_match(selector.items()):
-        # Refused when no node has every selected label (checked against a fresh read first): else the job
-        # would wait forever with no_matching_hosts.
-        await run_in_threadpool(srv.labels.check, selector.items())
     now = srv.clock()
     job_id = f"j-{int(now * 1000):x}-{secrets.token_hex(4)}"
     spec = to_spec(body, job_id, tenant, now)
+    if not srv.fits.cached_ok(spec):
+        # Refused when it can never run (an undefined pool, labels or a GPU model no node has, more GPUs than
+        # the nodes have), checked against a fresh read first: else it would wait forever.
+        await run_in_threadpool(srv.fits.check, spec)
     if body.after:  # the jobs it names, resolved (arrays to their elements); a name not stored is a 422
         wanted = [(DependencyKind(d.kind), d.jobs) for d in body.after]
         after = await run_in_threadpool(srv.store.resolve_dependencies, tenant, wanted, "body.after")
@@ -150,39 +149,6 @@ async def accept_submit(
         srv.metrics.submits.inc(len(sub.jobs))  # the writer told the loop (a submit moves no node or assignment)
     out = api.SubmitOut(job=job_out(rec), created=created, array_id=rec.spec.array_id or None, jobs=len(sub.jobs))
     return Response(out.model_dump_json(), status_code=201 if created else 200, media_type="application/json")
-
-
-@router.get("/jobs", response_model=api.JobList)
-def list_jobs(
-    srv: Srv,
-    who: Who,
-    state: api.StateName | None = None,
-    pool: Annotated[str | None, Query(max_length=128)] = None,
-    tenant: Annotated[str | None, Query(max_length=128)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    after: Annotated[str | None, Query(max_length=128)] = None,
-    array: Annotated[str | None, Query(max_length=128)] = None,
-) -> api.JobList:
-    """Jobs, one page at a time; a tenant sees its own, an admin every tenant's."""
-    if not who.admin:
-        tenant = who.tenant  # a tenant lists its own jobs, whatever it asks for
-    if after is not None:
-        _own_job(srv, who, after)
-    jobs = srv.store.list_jobs(
-        tenant=tenant,
-        state=None if state is None else JobState(state),
-        pool=pool,
-        limit=limit,
-        after=after,
-        array_id=array,
-    )
-    return api.JobList(jobs=[job_out(j) for j in jobs], next_after=jobs[-1].job_id if len(jobs) == limit else None)
-
-
-@router.get("/jobs/{job_id}", response_model=api.JobOut)
-def get_job(job_id: str, srv: Srv, who: Who) -> api.JobOut:
-    """One job: its spec, state, placement and timestamps."""
-    return job_out(_own_job(srv, who, job_id))
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=api.JobOut)
@@ -406,7 +372,7 @@ def set_labels(name: str, body: api.LabelsIn, srv: Srv, who: Admin) -> api.Label
     if both:
         raise InputError(f"label {both[0]} is both set and removed", source="body")
     n = srv.store.set_node_labels(name, body.set, body.remove, actor(who))
-    srv.labels.invalidate()
+    srv.fits.invalidate()
     srv.loop.deliver([NodeLabelled(n.name, n.labels, srv.clock())])  # after the commit, as every live event
     return _labels_out(n)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import and_, delete, func, insert, or_, select, update
+from sqlalchemy import delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -152,6 +152,7 @@ class JobsMixin(StoreBase):
                         updated_s=now,
                         array_id=spec.array_id or None,
                         submitted_by=actor,
+                        gpu_milli=spec.gpu_milli,
                     )
                 )
                 self._audit(s, actor, "job.submitted", f"job/{spec.job_id}", {"key": idempotency_key}, now)
@@ -192,11 +193,10 @@ class JobsMixin(StoreBase):
         state: JobState | None = None,
         pool: str | None = None,
         limit: int = 100,
-        after: str | None = None,
         array_id: str | None = None,
     ) -> list[JobRecord]:
-        """Jobs in (submit time, id) order; ``after`` is the last id of the previous page (keyset paging);
-        ``array_id``: the elements of that array only (in index order: their submit times are)."""
+        """Up to ``limit`` jobs in (submit time, id) order, filtered; ``array_id``: the elements of that array
+        only (in index order: their submit times are). Pages, sorting and search: ``job_page``."""
         q = select(JobRow)
         if array_id is not None:
             q = q.where(JobRow.array_id == array_id)
@@ -207,16 +207,6 @@ class JobsMixin(StoreBase):
         if pool is not None:
             q = q.where(JobRow.pool == pool)
         with self._tx(write=False) as s:
-            if after is not None:
-                last = s.get(JobRow, after)
-                if last is None:
-                    raise NotFoundError(f"page cursor: job {after!r} is not stored")
-                q = q.where(
-                    or_(
-                        JobRow.submit_time_s > last.submit_time_s,
-                        and_(JobRow.submit_time_s == last.submit_time_s, JobRow.id > last.id),
-                    )
-                )
             rows = s.scalars(q.order_by(JobRow.submit_time_s, JobRow.id).limit(max(0, limit))).all()
             return [job_record(r) for r in rows]
 

@@ -74,6 +74,7 @@ class JobRow(Base):
         Index("ix_jobs_state_submit", "state", "submit_time_s"),
         Index("ix_jobs_tenant_submit", "tenant", "submit_time_s"),
         Index("ix_jobs_submit_id", "submit_time_s", "id"),
+        Index("ix_jobs_pool_submit", "pool", "submit_time_s"),  # migration 0013
     )
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
     tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"))
@@ -94,6 +95,8 @@ class JobRow(Base):
     # The array it is an element of (migration 0010): queried and cancelled as one. NULL: no array.
     array_id: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
     submitted_by: Mapped[str] = mapped_column(String(128), default="", server_default="")  # the token, for accounting
+    # Its GPU demand in thousandths (``JobSpec.gpu_milli``, migration 0013): the jobs list sorts by it.
+    gpu_milli: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class JobAttemptRow(Base):

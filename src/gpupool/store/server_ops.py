@@ -39,7 +39,7 @@ from gpupool.store.records import JobRecord
 from gpupool.store.rows import AgentRow, AllocationRow, AuditRow, FabricRow, JobCommandRow, JobRow, TenantRow
 from gpupool.store.store import Store
 
-_ROWS_PER_INSERT = 1000  # 16 columns x 1,000 rows: well under PostgreSQL's 65,535 parameters a statement
+_ROWS_PER_INSERT = 1000  # 17 columns x 1,000 rows: well under PostgreSQL's 65,535 parameters a statement
 _JOB_COLUMNS = (
     "id",
     "tenant",
@@ -57,6 +57,7 @@ _JOB_COLUMNS = (
     "updated_s",
     "array_id",
     "submitted_by",
+    "gpu_milli",
 )
 
 
@@ -304,6 +305,7 @@ class ServerOps(AgentRegistry):
                         now,
                         member.array_id or None,
                         sub.actor,
+                        member.gpu_milli,
                     )
                 )
                 data = dumps({"key": key, "argv": argv} if n == 0 else {"array": member.array_id})

@@ -15,6 +15,7 @@ from gpupool.store.accounting import AccountingMixin
 from gpupool.store.admin import AdminMixin, node_record, stored_fabric
 from gpupool.store.arrays import ArraysMixin
 from gpupool.store.commands import CommandsMixin
+from gpupool.store.joblist import JobListMixin, RanksListMixin
 from gpupool.store.jobs import allocation_from_rows, job_record
 from gpupool.store.lease import LeaseMixin
 from gpupool.store.ranks import RanksMixin
@@ -25,7 +26,17 @@ from gpupool.store.tokens import TokensMixin
 _LIVE = (JobState.PENDING.value, JobState.PLACED.value, JobState.RUNNING.value)
 
 
-class Store(RanksMixin, ArraysMixin, AdminMixin, LeaseMixin, CommandsMixin, AccountingMixin, TokensMixin):
+class Store(
+    JobListMixin,
+    RanksListMixin,
+    RanksMixin,
+    ArraysMixin,
+    AdminMixin,
+    LeaseMixin,
+    CommandsMixin,
+    AccountingMixin,
+    TokensMixin,
+):
     """The durable store. ``Store("sqlite:///data/gpupool.db")`` or ``Store("postgresql+psycopg://...")``.
 
     Call ``migrate()`` once at start-up. Every method is safe to call from several threads at once.

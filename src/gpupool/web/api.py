@@ -122,7 +122,7 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
     @router.get("/queue")
     def queue(srv: Srv, tenant: Tenant) -> dict[str, Any]:
         """The queue page: pending jobs with why each waits."""
-        pending = srv.store.list_jobs(tenant=tenant, state=JobState.PENDING, pool=None, limit=100_000, after=None)
+        pending = srv.store.list_jobs(tenant=tenant, state=JobState.PENDING, pool=None, limit=100_000)
         now = float(srv.clock())
         return {"now_s": now, "jobs": queue_payload([_job_view(r) for r in pending], now, tenant)}
 
@@ -153,7 +153,7 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
         now = float(srv.clock())
         used: dict[tuple[str, str], float] = defaultdict(float)
         for state in (JobState.PLACED, JobState.RUNNING):
-            for r in srv.store.list_jobs(tenant=tenant, state=state, pool=None, limit=100_000, after=None):
+            for r in srv.store.list_jobs(tenant=tenant, state=state, pool=None, limit=100_000):
                 share = 1.0 if r.spec.share is None else r.spec.share.milli_gpu / 1000.0
                 used[(r.spec.tenant, r.spec.pool)] += r.spec.tasks * r.spec.gpus_per_task * share
         quotas = [(q.tenant, q.pool, q.gpu_model, q.nominal_gpus, q.cohort) for q in srv.store.list_quotas(tenant)]

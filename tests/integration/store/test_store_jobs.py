@@ -126,17 +126,14 @@ def test_illegal_transitions_are_refused_by_the_state_machine(store: Store, make
         store.transition_job("nope", 1, JobState.CANCELLED, "", actor="a")
 
 
-def test_list_jobs_filters_and_pages_in_submit_order(store: Store, make_spec: Spec) -> None:
+def test_list_jobs_filters_in_submit_order(store: Store, make_spec: Spec) -> None:
     for i in range(7):
         tenant = "acme" if i % 2 == 0 else "beta"
         store.submit_job(make_spec(f"j{i}", tenant=tenant, submit_time_s=float(10 - i), pool="p"), None, actor="a")
     all_ids = [j.job_id for j in store.list_jobs()]
     assert all_ids == [f"j{i}" for i in range(6, -1, -1)]
     assert [j.job_id for j in store.list_jobs(tenant="beta")] == ["j5", "j3", "j1"]
-    page1 = store.list_jobs(limit=3)
-    page2 = store.list_jobs(limit=3, after=page1[-1].job_id)
-    page3 = store.list_jobs(limit=3, after=page2[-1].job_id)
-    assert [j.job_id for j in page1 + page2 + page3] == all_ids
+    assert [j.job_id for j in store.list_jobs(limit=3)] == all_ids[:3]
     store.transition_job("j0", 1, JobState.CANCELLED, "", actor="a")
     assert [j.job_id for j in store.list_jobs(state=JobState.CANCELLED)] == ["j0"]
     assert store.list_jobs(pool="other") == []

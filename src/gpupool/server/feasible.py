@@ -1,0 +1,141 @@
+"""The submit-time check: a job that can never run is refused at the door, with why, instead of waiting forever.
+
+Knowable at submit, from the registered nodes (whatever their state: a lost or drained node may come back)
+and the defined pools:
+
+- a pool nobody defined, once pools are in use (a stored pool, a pool a calendar names, or a quota's pool):
+  ``UNKNOWN_POOL``; with none of those, a pool is only a label (accounting) and any name is taken;
+- a node selector or GPU model no node has: ``NO_MATCHING_NODES``, listing what exists;
+- more GPUs than the matching nodes have in all, or a task larger than the largest of them:
+  ``UNSCHEDULABLE``. Checked only once a node is registered (before that, nothing is knowable).
+
+Each is a 422 naming the field. What changes later (a node set shrinks) is the scheduler's to say: the job
+waits with ``unschedulable`` and the sentence (``scheduler.diagnose``). The facts are cached for ``ttl_s``;
+a job the cached facts refuse is checked again against a fresh read before it is refused, so a node, label
+or pool added a moment ago (on any replica) is never refused.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from gpupool.domain.errors import GpupoolError
+from gpupool.domain.jobs import JobSpec
+from gpupool.server.labels import NoMatchingNodesError, refusal
+from gpupool.store.records import NodeRecord
+
+_SHOWN = 12  # names listed in a refusal
+
+
+class UnknownPoolError(GpupoolError):
+    code = "UNKNOWN_POOL"
+
+
+class UnschedulableError(GpupoolError):
+    code = "UNSCHEDULABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    name: str
+    gpu_model: str
+    gpus: int
+    labels: frozenset[tuple[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    nodes: tuple[NodeFacts, ...]
+    pools: frozenset[str]  # the defined pools; empty: pools are not in use
+
+
+def facts(nodes: Iterable[NodeRecord], pools: Iterable[str]) -> Facts:
+    return Facts(
+        tuple(NodeFacts(n.name, n.gpu_model, n.gpu_count, frozenset(n.labels)) for n in nodes), frozenset(pools)
+    )
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def _listed(names: Iterable[str]) -> str:
+    shown = sorted(names)
+    more = f" and {len(shown) - _SHOWN} more" if len(shown) > _SHOWN else ""
+    return ", ".join(shown[:_SHOWN]) + more
+
+
+def never_runs(job: JobSpec, known: Facts) -> GpupoolError | None:
+    """Why ``job`` can never run on the cluster ``known`` describes, or None. Pure."""
+    if known.pools and job.pool not in known.pools:
+        return UnknownPoolError(f"pool {job.pool!r} is not defined; the defined pools: {_listed(known.pools)}")
+    matching = [n for n in known.nodes if not job.gpu_models or n.gpu_model in job.gpu_models]
+    if job.gpu_models and not matching:
+        models = {n.gpu_model for n in known.nodes if n.gpu_model}
+        on = f"GPU models on nodes: {_listed(models)}" if models else "no node has reported a GPU model"
+        return NoMatchingNodesError(f"no node has GPU model {' or '.join(job.gpu_models)}; {on}")
+    wanted = frozenset(job.node_selector)
+    if wanted:
+        matching = [n for n in matching if wanted <= n.labels]
+        if not matching:
+            return NoMatchingNodesError(refusal(wanted, [n.labels for n in known.nodes]))
+    if not known.nodes:
+        return None
+    where = " with the requested GPU model and labels" if job.gpu_models or wanted else ""
+    if job.share is not None:
+        if not any(n.gpus > 0 for n in matching):
+            return UnschedulableError(f"needs a share of one GPU; no registered node{where} has a GPU")
+        return None
+    g, tasks = job.gpus_per_task, job.fewest_tasks
+    largest = max((n.gpus for n in matching), default=0)
+    if g > largest:
+        return UnschedulableError(
+            f"a task needs {_gpus(g)} on one node; the largest registered node{where} has {largest}"
+        )
+    slots = sum(n.gpus // g for n in matching)
+    if slots < tasks:
+        total = sum(n.gpus for n in matching)
+        return UnschedulableError(
+            f"needs {tasks} task(s) of {_gpus(g)} ({_gpus(tasks * g)}); the {len(matching)} registered node(s){where} "
+            f"have {_gpus(total)}, room for {slots} such task(s)"
+        )
+    return None
+
+
+class SubmitCheck:
+    """The cached facts and the check (thread-safe). ``nodes`` and ``pools`` read the store."""
+
+    def __init__(
+        self,
+        nodes: Callable[[], Sequence[NodeRecord]],
+        pools: Callable[[], Iterable[str]],
+        ttl_s: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self._nodes, self._pools, self._ttl_s, self._clock = nodes, pools, ttl_s, clock
+        self._lock = threading.Lock()
+        self._known: Facts | None = None
+        self._at = 0.0
+
+    def invalidate(self) -> None:
+        """Labels, nodes or pools were removed here: a cached fact must not let in a job nothing can run."""
+        with self._lock:
+            self._known = None
+
+    def cached_ok(self, job: JobSpec) -> bool:
+        """Whether the cached facts, if fresh, let ``job`` in (no store read; False when none are cached)."""
+        with self._lock:
+            known, fresh = self._known, self._clock() - self._at < self._ttl_s
+        return known is not None and fresh and never_runs(job, known) is None
+
+    def check(self, job: JobSpec) -> None:
+        """Raise why ``job`` can never run, from a fresh read of the store (call it off the event loop)."""
+        now = self._clock()
+        known = facts(self._nodes(), self._pools())
+        with self._lock:
+            self._known, self._at = known, now
+        err = never_runs(job, known)
+        if err is not None:
+            raise err

@@ -1,0 +1,235 @@
+"""The jobs list: filtered, searched, sorted and paged in the database, with each job's current run.
+
+One query serves ``GET /v1/jobs``, the CLI and the dashboard: a page (``limit``, ``offset``) of the jobs that
+match, ``total`` (how many match in all), and with each job the run it is on or last had (started, ended,
+exit code), joined from ``job_attempts`` so a page costs two statements whatever its size.
+
+"Active" is a job that holds or wants GPUs: pending, placed or running, or ended while one of its ranks is
+still releasing its GPUs (its agent has not yet confirmed the process gone). The default order shows active
+jobs first, newest first; every order ends in (submit time, id), so pages never overlap or skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, case, exists, func, literal, not_, or_, select
+from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy.sql import Select
+from sqlalchemy.sql.elements import UnaryExpression
+
+from gpupool.domain.errors import InputError
+from gpupool.domain.states import JobState
+from gpupool.store.base import StoreBase, loads
+from gpupool.store.jobs import job_record
+from gpupool.store.records import JobRecord
+from gpupool.store.rows import AllocationRow, JobAttemptRow, JobRow
+
+ACTIVE_STATES = (JobState.PENDING, JobState.PLACED, JobState.RUNNING)
+MAX_PAGE = 1000
+# The lifecycle's order, for ``sort=state``: waiting, holding, then how it ended.
+_STATE_ORDER = (
+    JobState.PENDING,
+    JobState.PLACED,
+    JobState.RUNNING,
+    JobState.FINISHED,
+    JobState.FAILED,
+    JobState.TIMEOUT,
+    JobState.CANCELLED,
+)
+
+
+class JobSort(StrEnum):
+    DEFAULT = "default"  # active first, then newest first
+    SUBMITTED = "submitted"
+    NAME = "name"
+    STATE = "state"  # lifecycle order: pending, placed, running, finished, failed, timeout, cancelled
+    TENANT = "tenant"
+    GPUS = "gpus"
+    RUNTIME = "runtime"  # the current (or last) run's: started to ended, or to now while it runs
+
+
+# The direction each sort takes when none is asked for: what an operator looks for first.
+NATURAL_DESC = frozenset({JobSort.DEFAULT, JobSort.SUBMITTED, JobSort.GPUS, JobSort.RUNTIME})
+
+
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    """Which jobs, in which order, which page. Empty ``states``: any state."""
+
+    states: frozenset[JobState] = frozenset()
+    active: bool | None = None
+    tenant: str | None = None
+    pool: str | None = None
+    array_id: str | None = None
+    text: str | None = None  # a case-insensitive part of the name, or the start of the id
+    submitted_after: float | None = None  # submit time >= this
+    submitted_before: float | None = None  # submit time < this
+    sort: JobSort = JobSort.DEFAULT
+    descending: bool | None = None  # None: the sort's natural direction
+    limit: int = 100
+    offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ListedJob:
+    """A job as listed: its record and its current (or last) run; the run's fields are None before it ran."""
+
+    record: JobRecord
+    started_s: float | None
+    ended_s: float | None
+    exit_code: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    jobs: tuple[ListedJob, ...]
+    total: int  # jobs matching the query, over all pages
+
+
+def _active() -> ColumnElement[bool]:
+    releasing = exists().where(AllocationRow.job_id == JobRow.id, AllocationRow.releasing_s.is_not(None))
+    return or_(JobRow.state.in_([s.value for s in ACTIVE_STATES]), releasing)
+
+
+def _filters(q: JobQuery) -> list[ColumnElement[bool]]:
+    out: list[ColumnElement[bool]] = []
+    if q.states:
+        out.append(JobRow.state.in_(sorted(s.value for s in q.states)))
+    if q.active is not None:
+        out.append(_active() if q.active else not_(_active()))
+    if q.tenant is not None:
+        out.append(JobRow.tenant == q.tenant)
+    if q.pool is not None:
+        out.append(JobRow.pool == q.pool)
+    if q.array_id is not None:
+        out.append(JobRow.array_id == q.array_id)
+    if q.text:
+        out.append(or_(JobRow.name.icontains(q.text, autoescape=True), JobRow.id.startswith(q.text, autoescape=True)))
+    if q.submitted_after is not None:
+        out.append(JobRow.submit_time_s >= q.submitted_after)
+    if q.submitted_before is not None:
+        out.append(JobRow.submit_time_s < q.submitted_before)
+    return out
+
+
+def check_query(q: JobQuery) -> None:
+    """A query the list can answer, or an InputError naming the parameter."""
+    if not 1 <= q.limit <= MAX_PAGE:
+        raise InputError(f"limit is 1..{MAX_PAGE}, got {q.limit}", source="limit")
+    if q.offset < 0:
+        raise InputError(f"offset is 0 or more, got {q.offset}", source="offset")
+    if q.submitted_after is not None and q.submitted_before is not None and q.submitted_after >= q.submitted_before:
+        raise InputError("submitted_after must be before submitted_before", source="submitted_after")
+
+
+def _bytewise(
+    col: ColumnElement[str] | InstrumentedAttribute[str], postgres: bool
+) -> ColumnElement[str] | InstrumentedAttribute[str]:
+    return col.collate("C") if postgres else col
+
+
+_Listing = Select[JobRow, float | None, float | None, int | None]
+
+
+class JobListMixin(StoreBase):
+    def job_page(self, q: JobQuery) -> JobPage:
+        """One page of the jobs ``q`` matches, in its order, with how many match in all (two reads, one
+        transaction: the page and its total agree)."""
+        check_query(q)
+        run = JobAttemptRow
+        joined = and_(run.job_id == JobRow.id, run.attempt == JobRow.attempt)
+        where = _filters(q)
+        listing = select(JobRow, run.started_s, run.ended_s, run.exit_code).outerjoin(run, joined).where(*where)
+        counting = select(func.count()).select_from(JobRow).where(*where)
+        with self._tx(write=False) as s:
+            now = self._clock()
+            rows = s.execute(_ordered(listing, q, now, self._postgres).offset(q.offset).limit(q.limit)).all()
+            total = int(s.scalar(counting) or 0)
+            jobs = tuple(ListedJob(job_record(r[0]), r[1], r[2], r[3]) for r in rows)
+        return JobPage(jobs, total)
+
+    def jobs_by_id(self, job_ids: Sequence[str]) -> list[JobRecord]:
+        """The stored jobs of ``job_ids`` (those not stored left out), in no particular order."""
+        if not job_ids:
+            return []
+        with self._tx(write=False) as s:
+            return [job_record(r) for r in s.scalars(select(JobRow).where(JobRow.id.in_(list(job_ids))))]
+
+
+def _ordered(stmt: _Listing, q: JobQuery, now: float, postgres: bool) -> _Listing:
+    """``stmt`` in ``q``'s order. Text sorts by code point on both databases (PostgreSQL's ``C`` collation is
+    SQLite's own), so the same jobs come in the same order whichever stores them."""
+    desc = q.sort in NATURAL_DESC if q.descending is None else q.descending
+    run = JobAttemptRow
+
+    def way(col: ColumnElement[Any] | InstrumentedAttribute[Any]) -> UnaryExpression[Any]:
+        return col.desc().nulls_last() if desc else col.asc().nulls_last()
+
+    keys: Sequence[UnaryExpression[Any]]
+    if q.sort is JobSort.DEFAULT:
+        # Active first whatever the direction; the direction orders the times inside each group.
+        keys = (case((_active(), 0), else_=1).asc(),)
+    elif q.sort is JobSort.SUBMITTED:
+        keys = ()
+    elif q.sort is JobSort.NAME:
+        keys = (way(_bytewise(func.lower(JobRow.name), postgres)),)
+    elif q.sort is JobSort.STATE:
+        rank = case(*((JobRow.state == s.value, i) for i, s in enumerate(_STATE_ORDER)), else_=len(_STATE_ORDER))
+        keys = (way(rank),)
+    elif q.sort is JobSort.TENANT:
+        keys = (way(_bytewise(JobRow.tenant, postgres)),)
+    elif q.sort is JobSort.GPUS:
+        keys = (way(JobRow.gpu_milli),)
+    else:
+        runtime = func.coalesce(run.ended_s, literal(now)) - run.started_s
+        keys = (way(runtime),)
+    tie = (JobRow.submit_time_s.desc(), JobRow.id.desc()) if desc else (JobRow.submit_time_s.asc(), JobRow.id.asc())
+    return stmt.order_by(*keys, *tie)
+
+
+@dataclass(frozen=True, slots=True)
+class RankRecord:
+    """One rank of a job's latest placement, as its rows say (``store.ranks``)."""
+
+    rank: int
+    host: str
+    gpus: tuple[int, ...]
+    placed_s: float | None
+    launched_s: float | None
+    started_s: float | None
+    exited_s: float | None
+    exit_code: int | None
+    lost: bool
+    releasing_s: float | None
+
+
+class RanksListMixin(StoreBase):
+    def job_ranks(self, job_id: str) -> list[RankRecord]:
+        """The ranks of the job's latest placement that still have rows: live ones, and releasing ones until
+        their agent confirms them gone (a job that left placed/running keeps no ended rank)."""
+        with self._tx(write=False) as s:
+            rows = s.scalars(
+                select(AllocationRow)
+                .where(AllocationRow.job_id == job_id)
+                .order_by(AllocationRow.assignment.desc(), AllocationRow.task_index)
+            ).all()
+        latest = [r for r in rows if r.assignment == rows[0].assignment] if rows else []
+        return [
+            RankRecord(
+                r.task_index,
+                r.host,
+                tuple(int(g) for g in loads(r.gpus, f"allocation of job {job_id}")),
+                r.placed_s,
+                r.launched_s,
+                r.started_s,
+                r.exited_s,
+                r.exit_code,
+                bool(r.lost),
+                r.releasing_s,
+            )
+            for r in latest
+        ]
