@@ -20,8 +20,36 @@ def _gpus(n: int) -> str:
 
 
 def diagnose(cap: Capacity, need: Need) -> tuple[ReasonCode, str]:
-    """Why ``need`` does not fit the capacity as it is: ``never_fits``' answer, or what capacity lacks."""
-    return never_fits(cap, need) or _lacks(cap, need)
+    """Why ``need`` does not fit the capacity as it is: ``never_fits``' answer, ``out_of_service``'s, or what
+    capacity lacks."""
+    return never_fits(cap, need) or out_of_service(cap, need) or _lacks(cap, need)
+
+
+def out_of_service(cap: Capacity, need: Need) -> tuple[ReasonCode, str] | None:
+    """UNSCHEDULABLE when ``need`` fits the fabric but not the GPUs in service (hosts up, GPUs not bad) even
+    were they all free: waiting for capacity would be a lie, it waits for hosts to come back. Else None."""
+    ix = cap.index
+    masked = need.mask is not None
+    where = " on matching hosts" if masked else ""
+    usable = cap.usable & need.mask[:, None] if need.mask is not None else cap.usable
+    if need.share:
+        if bool((usable & (ix.gpu_memory_mib >= need.share_mem)).any()):
+            return None
+        return ReasonCode.UNSCHEDULABLE, (
+            f"needs a share of a GPU with {need.share_mem} MiB; no GPU in service{where} has it "
+            "(the others are on hosts lost, drained or without an agent, or marked bad)"
+        )
+    per_host = usable.sum(axis=1)
+    slots = int((per_host // need.gpus).sum())
+    if slots >= need.tasks:
+        return None
+    in_service = int(per_host.sum())
+    fabric = int((np.where(need.mask, ix.host_gpus, 0) if need.mask is not None else ix.host_gpus).sum())
+    return ReasonCode.UNSCHEDULABLE, (
+        f"needs {need.tasks} task(s) of {_gpus(need.gpus)}; the hosts in service{where} have {_gpus(in_service)}, "
+        f"room for {slots} such task(s); {fabric - in_service} more GPU(s) are on hosts lost, drained or without "
+        "an agent, or marked bad"
+    )
 
 
 def never_fits(cap: Capacity, need: Need) -> tuple[ReasonCode, str] | None:

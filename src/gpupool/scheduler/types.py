@@ -25,6 +25,9 @@ class ReasonCode(StrEnum):
     CPU_MEMORY = "cpu_memory"  # GPUs are free, but the hosts with them lack CPU or memory for the tasks
     NO_MATCHING_HOSTS = "no_matching_hosts"  # no host has an allowed GPU model and the selected labels
     UNSATISFIABLE = "unsatisfiable"  # can never run on this fabric as it is built, even when empty
+    # Cannot run on the hosts in service (up, GPUs not bad), even were they empty: it needs hosts that are
+    # lost, drained or without an agent (or GPUs marked bad). Never "waiting for capacity".
+    UNSCHEDULABLE = "unschedulable"
     BLOCKED = "blocked"  # strict ordering: waits behind an earlier job that does not fit
     CYCLE_LIMIT = "cycle_limit"  # not considered: the cycle reached its placement bound first
     PREEMPTED = "preempted"  # used by preemption decisions (issue 4)

@@ -2,7 +2,8 @@
 
 ``create_app(settings)`` builds everything from one settings object; nothing is global. Errors carry the
 domain's stable codes: bad input is a 422 in FastAPI's own validation shape (naming the field), a missing
-or foreign record a 404, a lost race or a forbidden state change a 409, a bad token a 401, a database that
+or foreign record a 404, a job that can never run a 422 with its code (``NO_MATCHING_NODES``, ``UNKNOWN_POOL``,
+``UNSCHEDULABLE``) and why, a lost race or a forbidden state change a 409, a bad token a 401, a database that
 cannot answer or write a 503 with its reason (``STORE_UNAVAILABLE``), a full submit queue a 503 and a tenant
 at its cap of pending jobs a 429; those three carry ``Retry-After``.
 """
@@ -42,8 +43,10 @@ from gpupool.server.auth import AuthError, bearer
 from gpupool.server.core import Server, build_server
 from gpupool.server.door import AuthFailures, BodyLimit
 from gpupool.server.fastsubmit import SubmitFastPath
+from gpupool.server.feasible import UnknownPoolError, UnschedulableError
 from gpupool.server.gateway import ProtocolUnsupportedError
 from gpupool.server.job_routes import router as job_router
+from gpupool.server.labels import NoMatchingNodesError
 from gpupool.server.logs import RequestIds
 from gpupool.server.openapi import document
 from gpupool.server.routes import ForbiddenError, Srv, router
@@ -60,6 +63,9 @@ _STATUS: tuple[tuple[type[GpupoolError], int], ...] = (
     (ConflictError, 409),
     (TransitionError, 409),
     (AgentUnreachableError, 502),
+    (NoMatchingNodesError, 422),  # a job that can never run: refused at submit with why (``server.feasible``)
+    (UnknownPoolError, 422),
+    (UnschedulableError, 422),
     (ProtocolUnsupportedError, 426),
     (TenantPendingLimitError, 429),
     (SubmitQueueFullError, 503),

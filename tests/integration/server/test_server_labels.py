@@ -84,7 +84,7 @@ def test_an_admin_label_places_a_selector_job_and_survives_the_agent_registering
     # Removing it lets the agent's value show again, and the scheduler sees that at its next cycle.
     assert patch(api, "node004", remove=["rack", "zone"]).json()["labels"]["rack"] == "r1"
     second = api.client.post("/v1/jobs", json={**JOB, "node_selector": {"rack": "r9"}}, headers=acme)
-    assert second.status_code == 400 and second.json()["code"] == "NO_MATCHING_NODES"
+    assert second.status_code == 422 and second.json()["code"] == "NO_MATCHING_NODES"
 
 
 def test_a_selector_nobody_matches_is_refused_with_the_labels_that_exist_and_nothing_is_stored(api: Api) -> None:
@@ -93,7 +93,7 @@ def test_a_selector_nobody_matches_is_refused_with_the_labels_that_exist_and_not
     patch(api, "node002", set={"zone": "a"})
     patch(api, "node003", set={"zone": "c"})
     r = api.client.post("/v1/jobs", json={**JOB, "node_selector": {"zone": "b", "disk": "nvme"}}, headers=acme)
-    assert r.status_code == 400, r.text
+    assert r.status_code == 422, r.text
     body = r.json()
     assert body["code"] == "NO_MATCHING_NODES"
     assert "zone is a (2 nodes), c (1 node)" in body["message"] and "no node has a label disk" in body["message"]

@@ -108,7 +108,7 @@ def test_a_container_job_goes_only_to_nodes_with_a_container_runtime(api: Api) -
     body = {**IMAGE, "gpus_per_task": 8}
     # No node can run a container yet: refused at the door rather than left waiting (or run on the node).
     r = api.client.post("/v1/jobs", json=body, headers=alice)
-    assert r.status_code == 400 and r.json()["code"] == "NO_MATCHING_NODES", r.text
+    assert r.status_code == 422 and r.json()["code"] == "NO_MATCHING_NODES", r.text
     assert "gpupool/containers" in r.json()["message"]
     nodes = {"plain": api.register("plain"), "pod": api.register("pod", container_runtime="podman")}
     listed = {n["name"]: n["labels"] for n in api.client.get("/v1/nodes", headers=alice).json()["nodes"]}

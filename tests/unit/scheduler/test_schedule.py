@@ -17,6 +17,7 @@ from gpupool.domain.events import (
     LinkState,
     NodeDrained,
     NodeLabelled,
+    NodeLost,
     TelemetryReported,
 )
 from gpupool.domain.jobs import PriorityClass, Scope
@@ -223,13 +224,28 @@ def test_bad_gpus_and_drained_hosts_are_never_used_and_hot_gpus_are_avoided() ->
     state.apply(GpuHealthChanged("node001", 0, HealthGrade.BAD, 0))
     state.apply(NodeDrained("node002", 0))
     res = run(state, [make_job("a", gpus=8)])
-    assert res.waiting[0].reason is ReasonCode.NO_CAPACITY
+    # Not "waiting for capacity": no host in service could ever hold it; it waits for hosts to come back.
+    assert res.waiting[0].reason is ReasonCode.UNSCHEDULABLE
     res = run(state, [make_job("a", gpus=7)])
     assert res.placements[0].tasks[0].gpus == (1, 2, 3, 4, 5, 6, 7)
     st = ClusterState(make_fabric(1, 2))
     st.apply(TelemetryReported("node001", (88.0,) * 8, 0))  # hot: degraded and penalised
     res = run(st, [make_job("b", gpus=2)])
     assert res.placements[0].tasks[0].host == "node002"
+
+
+def test_a_job_larger_than_the_hosts_in_service_is_unschedulable_not_waiting_for_capacity() -> None:
+    """Issue 17: hosts without an agent (lost to the state) count in the fabric but not in service. A job that
+    fits the fabric but not the hosts in service says so, naming both; one that fits them waits for capacity."""
+    state = ClusterState(make_fabric(1, 4))  # 4 hosts, 32 GPUs
+    for host in ("node003", "node004"):
+        state.apply(NodeLost(host, 0))
+    res = run(state, [make_job("big", tasks=3, gpus=8)])
+    (w,) = res.waiting
+    assert w.reason is ReasonCode.UNSCHEDULABLE
+    assert "in service have 16 GPUs, room for 2 such task(s); 16 more GPU(s)" in w.message
+    busy = run(state, [make_job("holds", gpus=8), make_job("two", tasks=2, gpus=8)])
+    assert [(x.job_id, x.reason) for x in busy.waiting] == [("two", ReasonCode.NO_CAPACITY)]
 
 
 def test_realtime_gets_the_coolest_gpus_and_congested_leaves_are_avoided() -> None:
