@@ -135,7 +135,8 @@ class SubmitCheck:
         now = self._clock()
         known = facts(self._nodes(), self._pools())
         with self._lock:
-            self._known, self._at = known, now
+            # No node yet: not kept, so the first nodes to register count at the next submit, not a ttl later.
+            self._known, self._at = (known if known.nodes else None), now
         err = never_runs(job, known)
         if err is not None:
             raise err

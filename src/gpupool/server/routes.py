@@ -426,6 +426,7 @@ def list_pools(srv: Srv, who: Who) -> api.PoolList:
 def put_pool(name: str, body: api.PoolIn, srv: Srv, who: Admin) -> api.PoolOut:
     """Create or replace a pool and its calendar (admin)."""
     p = srv.store.put_pool(name, body.calendar_toml, actor(who), expected_version=body.expected_version)
+    srv.fits.invalidate()  # the pools in use changed: a cached "pools are not in use" must not let a job in
     srv.loop.wake()
     return api.PoolOut(name=p.name, calendar_toml=p.calendar_toml, version=p.version)
 
@@ -465,6 +466,7 @@ def set_quota(tenant: str, body: api.QuotaIn, srv: Srv, who: Admin) -> api.Quota
         gpu_model=body.gpu_model,
     )
     srv.store.set_quota(q, actor(who))
+    srv.fits.invalidate()
     srv.loop.wake()
     return quota_out(q)
 
