@@ -4,13 +4,13 @@ monthly statement priced by the server's rate card. Windows in human dates: ``20
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 
 from gpupool.cli.client_cmds import Fmt, FmtOpt, _client, _emit
-from gpupool.domain.units import format_duration, parse_when
+from gpupool.cli.human import read_when, when
+from gpupool.domain.units import format_duration
 from gpupool.schemas.api import AccountingOut
 
 app = typer.Typer(help="Accounting: one record per run of a job, and monthly statements.")
@@ -19,14 +19,10 @@ COLS = ["job_id", "attempt", "tenant", "user", "pool", "gpu_model", "gpus", "hos
 COLS += ["elapsed", "state", "exit_code", "gpu_hours"]
 
 
-def _when(seconds: float | None) -> str:
-    return "" if seconds is None else datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-
-
 def _row(r: AccountingOut) -> list[Any]:
     return [
         r.job_id, r.attempt, r.tenant, r.user, r.pool, r.gpu_model, f"{r.gpus:g}", ",".join(r.hosts),
-        _when(r.submit_s), _when(r.start_s), _when(r.end_s), format_duration(r.elapsed_s), r.state,
+        when(r.submit_s), when(r.start_s), when(r.end_s), format_duration(r.elapsed_s), r.state,
         "" if r.exit_code is None else r.exit_code, f"{r.gpu_hours:.4f}",
     ]  # fmt: skip
 
@@ -43,7 +39,7 @@ def acct(
     if ctx.invoked_subcommand is not None:
         return
     now = time.time()
-    start, end = parse_when(since, now, "--since"), parse_when(until, now, "--until")
+    start, end = read_when(since, now, "--since"), read_when(until, now, "--until")
     records: list[AccountingOut] = []
     offset: int | None = 0
     with _client() as c:

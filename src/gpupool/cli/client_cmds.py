@@ -1,6 +1,6 @@
-"""The client commands: ``gpupool submit/jobs/job/cancel/nodes/drain/undrain/pools/usage/logs``, and the
-helpers ``gpupool admin`` shares (``cli.admin``). Server address and token from GPUPOOL_SERVER / GPUPOOL_TOKEN
-or the client config file."""
+"""The client commands: ``gpupool submit/cancel/drain/undrain/label/usage/logs``, and the helpers ``gpupool
+admin`` shares (``cli.admin``); the views (jobs, job, nodes, pools) are in ``cli.views``. Server address and
+token from GPUPOOL_SERVER / GPUPOOL_TOKEN or the client config file."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
+from gpupool.cli.human import read_when
 from gpupool.client import ApiError, Client, load_client_config, read_jobs_file
 from gpupool.domain.dependencies import parse_dependency
 from gpupool.domain.errors import InputError
@@ -34,32 +35,28 @@ def _client() -> Client:
     return Client(load_client_config())
 
 
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
+def _table(headers: list[str], rows: list[list[Any]], header: bool = True) -> str:
     cells = [headers, *[[str(c) for c in r] for r in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines if header else lines[1:])
 
 
-def _emit(fmt: Fmt, headers: list[str], rows: list[list[Any]], data: Any) -> None:
+def _emit(fmt: Fmt, headers: list[str], rows: list[list[Any]], data: Any, *, header: bool = True) -> None:
     if fmt is Fmt.JSON:
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
     elif fmt is Fmt.CSV:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(headers)
+        if header:
+            w.writerow(headers)
         w.writerows(rows)
         typer.echo(buf.getvalue(), nl=False)
-    else:
-        typer.echo(_table(headers, rows))
+    elif rows or header:
+        typer.echo(_table(headers, rows, header))
 
 
 FmtOpt = Annotated[Fmt, typer.Option("--format", "-f", help="table, csv or json")]
-JOB_COLS = ["id", "state", "tenant", "pool", "tasks", "gpus", "priority", "name", "reason"]
-
-
-def _job_row(j: JobOut) -> list[Any]:
-    gpus = f"{j.milli_gpu}m" if j.milli_gpu is not None else j.gpus_per_task
-    return [j.id, j.state, j.tenant, j.pool, j.tasks, gpus, j.priority, j.name, j.reason_code]
 
 
 def submit(
@@ -169,48 +166,6 @@ def _job(fields: dict[str, Any], file: Path | None) -> JobSubmit:
         raise InputError(f"{err['msg']} (got {err.get('input')!r})", source=where or ".".join(loc)) from None
 
 
-def jobs(
-    state: Annotated[str | None, typer.Option(help="only jobs in this state")] = None,
-    pool: Annotated[str | None, typer.Option(help="only jobs of this pool")] = None,
-    array: Annotated[str | None, typer.Option(help="only the elements of this array")] = None,
-    limit: Annotated[int, typer.Option(help="at most this many")] = 100,
-    fmt: FmtOpt = Fmt.TABLE,
-) -> None:
-    """List your jobs (an admin sees every tenant's)."""
-    with _client() as c:
-        listed = c.jobs(states=[state] if state else [], pool=pool, limit=limit, array=array).jobs
-    _emit(fmt, JOB_COLS, [_job_row(j) for j in listed], [j.model_dump() for j in listed])
-
-
-def job(job_id: str, fmt: FmtOpt = Fmt.TABLE) -> None:
-    """Show one job, why it waits, and what happened to it (its events: placed, requeued and why, ...)."""
-    with _client() as c:
-        found = _job_or_array(c, job_id)
-        if isinstance(found, ArrayOut):
-            rows = [[found.array_id, st, n] for st, n in sorted(found.states.items())]
-            _emit(fmt, ["array", "state", "jobs"], rows, found.model_dump())
-            return
-        j = found
-        events = c.events(job_id).events if fmt is Fmt.TABLE else []
-        attempts = c.attempts(job_id).attempts if fmt is Fmt.TABLE and j.attempt else []
-    if fmt is Fmt.TABLE:
-        for k, v in j.model_dump().items():
-            typer.echo(f"{k:16} {v}")
-        if attempts:
-            typer.echo("attempts:")
-            for a in attempts:
-                code = "" if a.exit_code is None else f" exit {a.exit_code}"
-                typer.echo(
-                    f"  {a.attempt:3}  {a.state:10} {','.join(dict.fromkeys(a.hosts))}{code}  {a.reason}".rstrip()
-                )
-        typer.echo("events:")
-        for e in events:
-            why = e.data.get("reason", "")
-            typer.echo(f"  {e.at_s:.3f}  {e.action:16} {e.actor}" + (f": {why}" if why else ""))
-    else:
-        _emit(fmt, JOB_COLS, [_job_row(j)], j.model_dump())
-
-
 def _job_or_array(c: Client, job_id: str) -> JobOut | ArrayOut:
     """The job of that id, else the array of that id (an array is queried and cancelled as one)."""
     try:
@@ -233,27 +188,6 @@ def cancel(job_id: str) -> None:
             return
         j = c.cancel(job_id)
     typer.echo(f"{j.id} {j.state}")
-
-
-def nodes(fmt: FmtOpt = Fmt.TABLE) -> None:
-    """List nodes with their GPUs, HCAs, health and heartbeat age."""
-    with _client() as c:
-        listed = c.nodes().nodes
-    rows = [
-        [
-            n.name,
-            n.state,
-            n.gpu_count,
-            n.gpu_model,
-            ",".join(h.name for h in n.hcas),
-            ",".join(sorted({g.health for g in n.gpus})),
-            "" if n.heartbeat_age_s is None else f"{n.heartbeat_age_s:.0f}s",
-        ]
-        for n in listed
-    ]
-    _emit(
-        fmt, ["node", "state", "gpus", "model", "hcas", "health", "heartbeat"], rows, [n.model_dump() for n in listed]
-    )
 
 
 def drain(node: str, reason: Annotated[str, typer.Option(help="why")] = "drained by an operator") -> None:
@@ -283,22 +217,17 @@ def label(
     _emit(fmt, ["key", "value", "set by"], rows, out.model_dump())
 
 
-def pools(fmt: FmtOpt = Fmt.TABLE) -> None:
-    """List pools and their calendar versions."""
-    with _client() as c:
-        listed = c.pools().pools
-    rows = [[p.name, p.version, len(p.calendar_toml.splitlines())] for p in listed]
-    _emit(fmt, ["pool", "version", "calendar_lines"], rows, [p.model_dump() for p in listed])
-
-
 def usage(
-    from_s: Annotated[
-        float | None, typer.Option("--from", help="window start, epoch seconds (default: a day ago)")
+    since: Annotated[
+        str | None, typer.Option("--from", "--since", help="window start: 2026-12-01, now-2h, ISO (default: a day ago)")
     ] = None,
-    to_s: Annotated[float | None, typer.Option("--to", help="window end, epoch seconds (default: now)")] = None,
+    until: Annotated[str | None, typer.Option("--to", "--until", help="window end (default: now)")] = None,
     fmt: FmtOpt = Fmt.TABLE,
 ) -> None:
     """GPU-seconds per tenant, GPU model and pool in a window."""
+    now = time.time()
+    from_s = None if since is None else read_when(since, now, "--from")
+    to_s = None if until is None else read_when(until, now, "--to")
     with _client() as c:
         out = c.usage(from_s, to_s)
     rows = [[u.tenant, u.gpu_model, u.pool, f"{u.gpu_seconds:.1f}"] for u in out.usage]

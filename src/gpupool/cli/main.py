@@ -37,6 +37,7 @@ _RAW = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
 _CLI = "gpupool.cli.client_cmds"
+_VIEWS = "gpupool.cli.views"
 _RUN, _OFFLINE, _OPS = "Run", "Offline tools", "Cluster"
 # The one list of commands. A new command is a line here; tests/cli/test_cli_main.py checks each line
 # against the command it names.
@@ -51,9 +52,11 @@ COMMANDS: dict[str, Entry] = {
         raw_args=True,
     ),
     "spec": Entry("gpupool.cli.spec", "app", "The job spec: its JSON Schema, and a check of job files."),
-    "jobs": Entry(_CLI, "jobs", "List your jobs (an admin sees every tenant's)."),
+    "jobs": Entry(
+        _VIEWS, "jobs", "List jobs like squeue: active ones by default, newest first (an admin sees every tenant's)."
+    ),
     "job": Entry(
-        _CLI, "job", "Show one job, why it waits, and what happened to it (its events: placed, requeued and why, ...)."
+        _VIEWS, "job", "Show one job: its state, times, ranks, why it waits or how it ended, its runs and events."
     ),
     "cancel": Entry(
         _CLI,
@@ -65,13 +68,23 @@ COMMANDS: dict[str, Entry] = {
     ),
     "usage": Entry(_CLI, "usage", "GPU-seconds per tenant, GPU model and pool in a window."),
     "acct": Entry("gpupool.cli.acct", "app", "Accounting: one record per run of a job, and monthly statements."),
-    "nodes": Entry(_CLI, "nodes", "List nodes with their GPUs, HCAs, health and heartbeat age.", panel=_OPS),
+    "nodes": Entry(
+        _VIEWS,
+        "nodes",
+        "List nodes like sinfo: GPUs total, allocated and free, state and why (a drain's reason), health.",
+        panel=_OPS,
+    ),
     "drain": Entry(_CLI, "drain", "Keep a node out of new placements (admin).", panel=_OPS),
     "undrain": Entry(_CLI, "undrain", "Return a drained node to service (admin).", panel=_OPS),
     "label": Entry(
         _CLI, "label", "Show a node's labels; set (key=value) and remove (key-) its admin labels (admin).", panel=_OPS
     ),
-    "pools": Entry(_CLI, "pools", "List pools and their calendar versions.", panel=_OPS),
+    "pools": Entry(
+        _VIEWS,
+        "pools",
+        "List pools: GPUs owned now, used, lent and borrowed, and the calendar's current share and next change.",
+        panel=_OPS,
+    ),
     "admin": Entry("gpupool.cli.admin", "admin_app", "Operator commands (need an admin token).", panel=_OPS),
     "server": Entry(
         "gpupool.cli.server",

@@ -358,6 +358,11 @@ class NodeOut(_Out):
     agent_url: str
     agent_labels: dict[str, str] = {}  # configured on the node (--label, a labels file) and derived
     admin_labels: dict[str, str] = {}  # set with gpupool label / PATCH /v1/nodes/{name}/labels
+    gpus_allocated: float = (
+        0.0  # held by ranks (releasing ones too, until their process is gone); shares count a fraction
+    )
+    gpus_free: float = 0.0  # what a new job could get now: 0 unless up; GPUs graded bad do not count
+    state_reason: str = ""  # why it is drained or lost (the reason of its last state change)
 
 
 class LabelsIn(_In):
@@ -402,7 +407,18 @@ class PoolIn(_In):
 class PoolOut(_Out):
     name: str
     calendar_toml: str
-    version: int
+    version: int  # 0: not stored (a pool a calendar names, or its jobs use)
+    # As of the leader's last cycle (``as_of_s``; all null/0 on a standby): GPUs on the hosts it owns now (null
+    # without a calendar), held by its jobs, lent (its hosts, others' jobs) and borrowed (its jobs, others'
+    # hosts); its calendar rule's share now, since when, and when any share next changes.
+    gpus: int | None = None
+    gpus_used: float = 0.0
+    gpus_lent: float = 0.0
+    gpus_borrowed: float = 0.0
+    share: float | None = None
+    share_since_s: float | None = None
+    next_change_s: float | None = None
+    as_of_s: float | None = None
 
 
 class PoolList(_Out):

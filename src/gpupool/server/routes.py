@@ -18,16 +18,17 @@ from starlette.concurrency import run_in_threadpool
 
 from gpupool.domain.containers import container_to_json
 from gpupool.domain.errors import GpupoolError, InputError, NotFoundError
-from gpupool.domain.events import NodeLabelled
+from gpupool.domain.events import HealthGrade, NodeLabelled
 from gpupool.domain.jobs import DependencyKind
 from gpupool.domain.sharing import Quota
-from gpupool.domain.states import JobState
+from gpupool.domain.states import JobState, NodeState
 from gpupool.fabric import jsonio
 from gpupool.schemas import api
 from gpupool.server.agentlogs import AgentUnreachableError, LogFetcher, log_key
 from gpupool.server.auth import actor
 from gpupool.server.convert import array_elements, attempt_out, job_out, to_spec
 from gpupool.server.core import Server
+from gpupool.server.poolview import pool_states
 from gpupool.store import JobRecord, NodeRecord, Principal
 from gpupool.store.server_ops import Submission, assignment_id
 
@@ -316,7 +317,10 @@ def list_nodes(srv: Srv, who: Who) -> api.NodeList:
     agents = {a.host: a for a in srv.ops.agents()}
     now = srv.clock()
     out = []
-    for n in srv.store.list_nodes():
+    listed = srv.store.list_nodes()
+    held = srv.store.gpus_held()
+    reasons = srv.store.node_reasons([n.name for n in listed if n.state is not NodeState.UP])
+    for n in listed:
         a = agents.get(n.name)
         inv: dict[str, Any] = a.inventory if a is not None else {}
         grades = [g.name.lower() for g in n.health]
@@ -334,6 +338,9 @@ def list_nodes(srv: Srv, who: Who) -> api.NodeList:
             for h in inv.get("hcas", [])
         ]
         age = None if n.last_heartbeat_s is None else max(0.0, now - n.last_heartbeat_s)
+        bad = sum(1 for g in n.health if g is HealthGrade.BAD)
+        used = held.get(n.name, 0.0)
+        free = max(0.0, n.gpu_count - bad - used) if n.state is NodeState.UP else 0.0
         out.append(
             api.NodeOut(
                 name=n.name,
@@ -348,6 +355,9 @@ def list_nodes(srv: Srv, who: Who) -> api.NodeList:
                 agent_url=a.agent_url if a is not None else "",
                 agent_labels=dict(n.agent_labels),
                 admin_labels=dict(n.admin_labels),
+                gpus_allocated=used,
+                gpus_free=free,
+                state_reason=reasons.get(n.name, ""),
             )
         )
     return api.NodeList(nodes=out)
@@ -415,11 +425,21 @@ def put_fabric(document: dict[str, Any], srv: Srv, who: Admin) -> api.FabricOut:
 # -- pools, tenants, quotas, tokens ------------------------------------------------------------------------------
 @router.get("/pools", response_model=api.PoolList)
 def list_pools(srv: Srv, who: Who) -> api.PoolList:
-    """The pools with their calendars."""
-    pools = srv.store.list_pools()
-    return api.PoolList(
-        pools=[api.PoolOut(name=p.name, calendar_toml=p.calendar_toml, version=p.version) for p in pools]
-    )
+    """The pools with their calendars, and as of the leader's last cycle what each owns, uses, lends and borrows."""
+    stored = {p.name: p for p in srv.store.list_pools()}
+    run = srv.loop.last_run
+    states = pool_states(run) if run is not None else {}
+    out = []
+    for name in sorted(set(stored) | set(states)):
+        p, st = stored.get(name), states.get(name)
+        live: dict[str, Any] = {}
+        if st is not None and run is not None:
+            live = {"gpus": st.gpus, "gpus_used": st.used, "gpus_lent": st.lent, "gpus_borrowed": st.borrowed,
+                    "share": st.share, "share_since_s": st.share_since_s, "next_change_s": st.next_change_s,
+                    "as_of_s": run.request.now_s}  # fmt: skip
+        text, version = ("", 0) if p is None else (p.calendar_toml, p.version)
+        out.append(api.PoolOut(name=name, calendar_toml=text, version=version, **live))
+    return api.PoolList(pools=out)
 
 
 @router.put("/pools/{name}", response_model=api.PoolOut)

@@ -26,7 +26,7 @@ from gpupool.domain.states import JobState
 from gpupool.store.base import StoreBase, loads
 from gpupool.store.jobs import job_record
 from gpupool.store.records import JobRecord
-from gpupool.store.rows import AllocationRow, JobAttemptRow, JobRow
+from gpupool.store.rows import AllocationRow, AuditRow, JobAttemptRow, JobRow
 
 ACTIVE_STATES = (JobState.PENDING, JobState.PLACED, JobState.RUNNING)
 MAX_PAGE = 1000
@@ -207,7 +207,34 @@ class RankRecord:
     releasing_s: float | None
 
 
-class RanksListMixin(StoreBase):
+class ViewsMixin(StoreBase):
+    """What the operator's views read beyond jobs: a job's ranks, GPUs held per node, why nodes are out."""
+
+    def gpus_held(self) -> dict[str, float]:
+        """GPUs held per node by every rank with a row (running, placed, or releasing until its process is
+        gone): whole GPUs count one each, a share its fraction."""
+        out: dict[str, float] = {}
+        with self._tx(write=False) as s:
+            for host, gpus, milli in s.execute(select(AllocationRow.host, AllocationRow.gpus, AllocationRow.milli_gpu)):
+                n = len(loads(gpus, f"allocation on {host}"))
+                out[host] = out.get(host, 0.0) + n * milli / 1000
+        return out
+
+    def node_reasons(self, names: Sequence[str]) -> dict[str, str]:
+        """Why each of ``names`` is in its current state: the reason of its last state change (a drain's)."""
+        if not names:
+            return {}
+        subjects = {f"node/{n}": n for n in names}
+        q = select(AuditRow.subject, AuditRow.data).where(
+            AuditRow.subject.in_(list(subjects)), AuditRow.action.in_(["node.drained", "node.lost", "node.up"])
+        )
+        out: dict[str, str] = {}
+        with self._tx(write=False) as s:
+            for subject, data in s.execute(q.order_by(AuditRow.id)):
+                reason = loads(data, f"audit of {subject}").get("reason", "")
+                out[subjects[subject]] = str(reason)
+        return out
+
     def job_ranks(self, job_id: str) -> list[RankRecord]:
         """The ranks of the job's latest placement that still have rows: live ones, and releasing ones until
         their agent confirms them gone (a job that left placed/running keeps no ended rank)."""

@@ -15,7 +15,7 @@ from gpupool.store.accounting import AccountingMixin
 from gpupool.store.admin import AdminMixin, node_record, stored_fabric
 from gpupool.store.arrays import ArraysMixin
 from gpupool.store.commands import CommandsMixin
-from gpupool.store.joblist import JobListMixin, RanksListMixin
+from gpupool.store.joblist import JobListMixin, ViewsMixin
 from gpupool.store.jobs import allocation_from_rows, job_record
 from gpupool.store.lease import LeaseMixin
 from gpupool.store.ranks import RanksMixin
@@ -28,7 +28,7 @@ _LIVE = (JobState.PENDING.value, JobState.PLACED.value, JobState.RUNNING.value)
 
 class Store(
     JobListMixin,
-    RanksListMixin,
+    ViewsMixin,
     RanksMixin,
     ArraysMixin,
     AdminMixin,

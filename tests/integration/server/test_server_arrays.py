@@ -34,8 +34,9 @@ def test_an_array_is_one_submission_capped_queried_and_cancelled_as_one(api: Api
     out = r.json()
     array_id = out["array_id"]
     assert out["jobs"] == 20 and out["job"]["id"] == f"{array_id}.0" and out["job"]["array_index"] == 0
-    elements = api.client.get("/v1/jobs", params={"array": array_id}, headers=alice).json()["jobs"]
-    assert [j["array_index"] for j in elements] == list(range(20))  # index order
+    params = {"array": array_id, "sort": "submitted", "order": "asc"}  # index order: elements are submitted so
+    elements = api.client.get("/v1/jobs", params=params, headers=alice).json()["jobs"]
+    assert [j["array_index"] for j in elements] == list(range(20))
     assert api.srv.loop.run_cycle().placed == 4  # 8 free GPUs, a cap of 4
     launches = api.beat("gpu-01", node)
     assert sorted(int(c["env"]["GPUPOOL_ARRAY_INDEX"]) for c in launches) == [0, 1, 2, 3]
