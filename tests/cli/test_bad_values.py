@@ -185,6 +185,19 @@ CASES: list[tuple[str, tuple[str, ...], bool]] = [
     ("agent --server http://127.0.0.1:{down} --join-token t --emulate --fabric {binary}", ("binary.dat",), False),
     # client commands: the server's checks, a server that is down
     ("jobs --limit 0", ("limit",), True),
+    ("jobs --state done", ("--state",), True),
+    ("jobs --sort size", ("--sort",), True),
+    ("jobs --order up", ("--order",), True),
+    ("jobs -o id,nope", ("-o/--columns", "nope"), True),
+    ("jobs -o ,", ("-o/--columns",), True),
+    ("jobs --since yesterday-ish", ("--since",), True),
+    ("jobs --until 99999-01-01", ("--until",), True),
+    ("jobs --since 1e300", ("--since",), True),
+    ("jobs --watch 0", ("--watch",), True),
+    ("jobs --watch nan", ("--watch",), True),
+    ("nodes --state gone", ("--state",), True),
+    ("pools --format xml", ("--format", "xml"), True),
+    ("usage --from now-5parsecs", ("--from", "parsecs"), True),
     ("logs nope --tail -1", ("tail",), True),
     ("usage --from -5", ("from",), True),
     ("job j-does-not-exist", ("j-does-not-exist",), True),
@@ -311,7 +324,7 @@ def test_a_bad_value_is_one_line_and_exit_2(
 def test_every_command_has_a_case() -> None:
     """A new command comes with its bad values here (or in the drawn cases below)."""
     covered = {c[0].split()[0] for c in CASES} | {d[0].split()[0] for d in DRAWN}
-    missing = sorted(set(COMMANDS) - covered - {"cancel", "nodes", "drain", "undrain", "label", "pools"})
+    missing = sorted(set(COMMANDS) - covered - {"cancel", "drain", "undrain", "label"})
     assert missing == [], f"commands without a bad-value case: {missing}"
 
 

@@ -35,7 +35,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
 
 def stored(url: str, token: str) -> list[str]:
     """The stored jobs' ids (their states move on: the node runs nothing, but the loop places them)."""
-    code, out, err = run(url, token, "jobs", "--format", "json")
+    code, out, err = run(url, token, "jobs", "--all", "--format", "json")
     assert code == 0, err
     return sorted(j["id"] for j in json.loads(out))
 

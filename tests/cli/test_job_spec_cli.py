@@ -20,7 +20,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
 
 
 def stored(url: str, token: str) -> list[dict[str, object]]:
-    code, out, err = run(url, token, "jobs", "--format", "json")
+    code, out, err = run(url, token, "jobs", "--all", "--format", "json")
     assert code == 0, err
     return list(json.loads(out))
 

@@ -20,7 +20,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
 
 
 def stored(url: str, token: str) -> list[dict[str, object]]:
-    code, out, err = run(url, token, "jobs", "--format", "json")
+    code, out, err = run(url, token, "jobs", "--all", "--format", "json")
     assert code == 0, err
     return list(json.loads(out))
 
@@ -38,7 +38,7 @@ def test_an_array_is_submitted_queried_listed_and_cancelled_as_one(server: tuple
     assert code == 0, err
     array_id = out.split()[0]
     assert out.strip() == f"{array_id} submitted: array of 10 jobs ({array_id}.0 first)"
-    code, out, _ = run(url, token, "jobs", "--array", array_id, "--format", "json")
+    code, out, _ = run(url, token, "jobs", "--array", array_id, "--sort", "submitted", "--order", "asc", "-f", "json")
     assert code == 0 and [j["array_index"] for j in json.loads(out)] == list(range(10))
     code, out, _ = run(url, token, "job", array_id, "--format", "json")
     assert code == 0 and json.loads(out)["size"] == 10 and json.loads(out)["cap"] == 2

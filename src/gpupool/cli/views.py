@@ -139,7 +139,7 @@ def jobs(
             rows = [[COLUMNS[k](j, now) for k in shown] for j in listed]
             if watch is not None:
                 typer.echo("\x1b[2J\x1b[H" + time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)), nl=True)
-            _emit(fmt, [k.upper() for k in shown], rows, [j.model_dump() for j in listed], header=not noheader)
+            _emit(fmt, shown, rows, [j.model_dump() for j in listed], header=not noheader)
             if watch is None:
                 return
             time.sleep(watch)
@@ -250,7 +250,7 @@ def nodes(
         ]
         for n in listed
     ]
-    _emit(fmt, [h.upper() for h in NODE_COLS], rows, [n.model_dump() for n in listed], header=not noheader)
+    _emit(fmt, NODE_COLS, rows, [n.model_dump() for n in listed], header=not noheader)
 
 
 POOL_COLS = ["pool", "gpus", "used", "lent", "borrowed", "share", "since", "next_change", "calendar"]
@@ -277,4 +277,4 @@ def pools(
         ]
         for p in listed
     ]
-    _emit(fmt, [h.upper() for h in POOL_COLS], rows, [p.model_dump() for p in listed], header=not noheader)
+    _emit(fmt, POOL_COLS, rows, [p.model_dump() for p in listed], header=not noheader)
