@@ -11,13 +11,15 @@ jobs first, newest first; every order ends in (submit time, id), so pages never 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, case, exists, func, literal, not_, or_, select
-from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy import ColumnElement, and_, case, func, literal, not_, or_, select
+from sqlalchemy.engine import Row
+from sqlalchemy.orm import InstrumentedAttribute, Session
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import UnaryExpression
 
@@ -90,17 +92,19 @@ class JobPage:
     total: int  # jobs matching the query, over all pages
 
 
-def _active() -> ColumnElement[bool]:
-    releasing = exists().where(AllocationRow.job_id == JobRow.id, AllocationRow.releasing_s.is_not(None))
-    return or_(JobRow.state.in_([s.value for s in ACTIVE_STATES]), releasing)
+def _active(releasing: Sequence[str]) -> ColumnElement[bool]:
+    """Active: a live state, or one of ``releasing`` (the jobs with a rank still releasing: a few at most, read
+    first, so the test per row is a lookup in a short list rather than a subquery)."""
+    live = JobRow.state.in_([s.value for s in ACTIVE_STATES])
+    return or_(live, JobRow.id.in_(list(releasing))) if releasing else live
 
 
-def _filters(q: JobQuery) -> list[ColumnElement[bool]]:
+def _filters(q: JobQuery, releasing: Sequence[str]) -> list[ColumnElement[bool]]:
     out: list[ColumnElement[bool]] = []
     if q.states:
         out.append(JobRow.state.in_(sorted(s.value for s in q.states)))
     if q.active is not None:
-        out.append(_active() if q.active else not_(_active()))
+        out.append(_active(releasing) if q.active else not_(_active(releasing)))
     if q.tenant is not None:
         out.append(JobRow.tenant == q.tenant)
     if q.pool is not None:
@@ -133,24 +137,43 @@ def _bytewise(
 
 
 _Listing = Select[JobRow, float | None, float | None, int | None]
+_ListedRow = Row[JobRow, float | None, float | None, int | None]
 
 
 class JobListMixin(StoreBase):
     def job_page(self, q: JobQuery) -> JobPage:
-        """One page of the jobs ``q`` matches, in its order, with how many match in all (two reads, one
-        transaction: the page and its total agree)."""
+        """One page of the jobs ``q`` matches, in its order, with how many match in all (one transaction: the
+        page and its total agree)."""
         check_query(q)
-        run = JobAttemptRow
-        joined = and_(run.job_id == JobRow.id, run.attempt == JobRow.attempt)
-        where = _filters(q)
-        listing = select(JobRow, run.started_s, run.ended_s, run.exit_code).outerjoin(run, joined).where(*where)
-        counting = select(func.count()).select_from(JobRow).where(*where)
         with self._tx(write=False) as s:
             now = self._clock()
-            rows = s.execute(_ordered(listing, q, now, self._postgres).offset(q.offset).limit(q.limit)).all()
-            total = int(s.scalar(counting) or 0)
+            releasing = s.scalars(select(AllocationRow.job_id).where(AllocationRow.releasing_s.is_not(None)).distinct())
+            held = tuple(releasing)
+            where = _filters(q, held)
+            total = int(s.scalar(select(func.count()).select_from(JobRow).where(*where)) or 0)
+            rows: list[_ListedRow]
+            if q.sort is JobSort.DEFAULT:
+                rows = self._default_page(s, q, where, held, now)
+            else:
+                rows = list(s.execute(_page(where, _ordered(q, now, self._postgres), q.offset, q.limit)))
             jobs = tuple(ListedJob(job_record(r[0]), r[1], r[2], r[3]) for r in rows)
         return JobPage(jobs, total)
+
+    def _default_page(
+        self, s: Session, q: JobQuery, where: list[ColumnElement[bool]], held: Sequence[str], now: float
+    ) -> list[_ListedRow]:
+        """Active first, then the rest, each newest first: two reads in submit order that the indexes serve
+        and stop at the page's end, instead of sorting every match by a computed key."""
+        by_time = _ordered(dataclasses.replace(q, sort=JobSort.SUBMITTED), now, self._postgres)
+        active = [*where, _active(held)]
+        n_active = int(s.scalar(select(func.count()).select_from(JobRow).where(*active)) or 0)
+        rows: list[_ListedRow] = []
+        if q.offset < n_active:
+            rows += s.execute(_page(active, by_time, q.offset, q.limit))
+        if len(rows) < q.limit:
+            rest = [*where, not_(_active(held))]
+            rows += s.execute(_page(rest, by_time, max(0, q.offset - n_active), q.limit - len(rows)))
+        return rows
 
     def jobs_by_id(self, job_ids: Sequence[str]) -> list[JobRecord]:
         """The stored jobs of ``job_ids`` (those not stored left out), in no particular order."""
@@ -160,35 +183,41 @@ class JobListMixin(StoreBase):
             return [job_record(r) for r in s.scalars(select(JobRow).where(JobRow.id.in_(list(job_ids))))]
 
 
-def _ordered(stmt: _Listing, q: JobQuery, now: float, postgres: bool) -> _Listing:
-    """``stmt`` in ``q``'s order. Text sorts by code point on both databases (PostgreSQL's ``C`` collation is
-    SQLite's own), so the same jobs come in the same order whichever stores them."""
+def _page(
+    where: Sequence[ColumnElement[bool]], order: Sequence[UnaryExpression[Any]], offset: int, limit: int
+) -> _Listing:
+    """The matching jobs with their current run (joined from ``job_attempts``), ordered and cut to a page."""
+    run = JobAttemptRow
+    joined = and_(run.job_id == JobRow.id, run.attempt == JobRow.attempt)
+    stmt = select(JobRow, run.started_s, run.ended_s, run.exit_code).outerjoin(run, joined).where(*where)
+    return stmt.order_by(*order).offset(offset).limit(limit)
+
+
+def _ordered(q: JobQuery, now: float, postgres: bool) -> list[UnaryExpression[Any]]:
+    """``q``'s order for every sort but the default (``_default_page``), ended by (submit time, id) in the
+    same direction, so pages never overlap. Text sorts by code point on both databases (PostgreSQL's ``C``
+    collation is SQLite's own), so the same jobs come in the same order whichever stores them."""
     desc = q.sort in NATURAL_DESC if q.descending is None else q.descending
     run = JobAttemptRow
 
     def way(col: ColumnElement[Any] | InstrumentedAttribute[Any]) -> UnaryExpression[Any]:
         return col.desc().nulls_last() if desc else col.asc().nulls_last()
 
-    keys: Sequence[UnaryExpression[Any]]
-    if q.sort is JobSort.DEFAULT:
-        # Active first whatever the direction; the direction orders the times inside each group.
-        keys = (case((_active(), 0), else_=1).asc(),)
-    elif q.sort is JobSort.SUBMITTED:
-        keys = ()
-    elif q.sort is JobSort.NAME:
-        keys = (way(_bytewise(func.lower(JobRow.name), postgres)),)
+    keys: list[UnaryExpression[Any]] = []
+    if q.sort is JobSort.NAME:
+        keys = [way(_bytewise(func.lower(JobRow.name), postgres))]
     elif q.sort is JobSort.STATE:
         rank = case(*((JobRow.state == s.value, i) for i, s in enumerate(_STATE_ORDER)), else_=len(_STATE_ORDER))
-        keys = (way(rank),)
+        keys = [way(rank)]
     elif q.sort is JobSort.TENANT:
-        keys = (way(_bytewise(JobRow.tenant, postgres)),)
+        keys = [way(_bytewise(JobRow.tenant, postgres))]
     elif q.sort is JobSort.GPUS:
-        keys = (way(JobRow.gpu_milli),)
-    else:
-        runtime = func.coalesce(run.ended_s, literal(now)) - run.started_s
-        keys = (way(runtime),)
-    tie = (JobRow.submit_time_s.desc(), JobRow.id.desc()) if desc else (JobRow.submit_time_s.asc(), JobRow.id.asc())
-    return stmt.order_by(*keys, *tie)
+        keys = [way(JobRow.gpu_milli)]
+    elif q.sort is JobSort.RUNTIME:
+        keys = [way(func.coalesce(run.ended_s, literal(now)) - run.started_s)]
+    if desc:
+        return [*keys, JobRow.submit_time_s.desc(), JobRow.id.desc()]
+    return [*keys, JobRow.submit_time_s.asc(), JobRow.id.asc()]
 
 
 @dataclass(frozen=True, slots=True)
