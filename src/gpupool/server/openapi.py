@@ -22,6 +22,7 @@ from fastapi.responses import HTMLResponse
 TAGS: tuple[tuple[str, str, str], ...] = (
     ("/v1/jobs", "jobs", "Submit, list, inspect and cancel jobs; why a job waits; its events, attempts and logs."),
     ("/v1/arrays", "jobs", ""),
+    ("/v1/queue", "jobs", ""),
     ("/v1/nodes", "nodes", "Registered nodes: state, labels, drain and undrain."),
     ("/v1/fabric", "fabric", "The InfiniBand and NVLink topology the scheduler places on."),
     ("/v1/pools", "sharing", "Pools, tenants and quotas: who may use what, and when."),

@@ -102,7 +102,7 @@ def test_a_selector_nobody_matches_is_refused_with_the_labels_that_exist_and_not
     # Labels on two different nodes are not one node's: still refused.
     patch(api, "node004", set={"disk": "nvme"})
     r = api.client.post("/v1/jobs", json={**JOB, "node_selector": {"zone": "c", "disk": "nvme"}}, headers=acme)
-    assert r.status_code == 400
+    assert r.status_code == 422
     patch(api, "node004", set={"zone": "c"})
     r = api.client.post("/v1/jobs", json={**JOB, "node_selector": {"zone": "c", "disk": "nvme"}}, headers=acme)
     assert r.status_code == 201, r.text  # set a moment ago: the check reads the store before refusing

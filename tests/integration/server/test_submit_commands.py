@@ -125,4 +125,4 @@ def test_a_container_job_goes_only_to_nodes_with_a_container_runtime(api: Api) -
     r = api.client.post(
         "/v1/jobs", json={**body, "node_selector": {"gpupool/container-runtime": "enroot"}}, headers=alice
     )
-    assert r.status_code == 400 and "gpupool/container-runtime is podman (1 node)" in r.json()["message"], r.text
+    assert r.status_code == 422 and "gpupool/container-runtime is podman (1 node)" in r.json()["message"], r.text
