@@ -114,3 +114,35 @@ def test_0003_gives_existing_nodes_no_admin_labels_and_keeps_their_agents(db_url
     with Store(db_url) as s:
         n = s.get_node("gpu-01")
         assert n.labels == n.agent_labels == (("zone", "a"),) and n.admin_labels == ()
+
+
+def test_0013_gives_stored_jobs_their_gpu_demand_from_their_specs(db_url: str) -> None:
+    """Jobs stored before 0013 sort by GPUs as new ones do: the column is filled from each spec (whole GPUs,
+    a share, and a spec it cannot read as 0), and the new index is there."""
+    engine = make_engine(db_url)
+    try:
+        migrate(engine, "0012")
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO tenants (name, weight, created_s) VALUES ('acme', 1.0, 0)"))
+            specs = {
+                "whole": '{"tasks": 2, "gpus_per_task": 4, "share": null}',
+                "share": '{"tasks": 3, "gpus_per_task": 1, "share": {"milli_gpu": 250, "memory_mib": 0}}',
+                "broken": "not json",
+            }
+            for job_id, spec in specs.items():
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO jobs (id, tenant, pool, name, priority, state, submit_time_s, spec, version,"
+                        " reason_code, reason, created_s, updated_s, attempt, submitted_by)"
+                        " VALUES (:id, 'acme', 'default', '', 2, 'pending', 1.0, :spec, 1, '', '', 1.0, 1.0, 0, '')"
+                    ),
+                    {"id": job_id, "spec": spec},
+                )
+        migrate(engine)
+        assert schema_drift(engine) == []
+        with engine.connect() as conn:
+            got = {r[0]: r[1] for r in conn.execute(sa.text("SELECT id, gpu_milli FROM jobs"))}
+        assert got == {"whole": 8000, "share": 750, "broken": 0}
+        assert "ix_jobs_pool_submit" in {i["name"] for i in sa.inspect(engine).get_indexes("jobs")}
+    finally:
+        engine.dispose()
