@@ -51,6 +51,7 @@ def delete_quota(
     """Delete a tenant's quota in a pool (for one GPU model; "" = any model) (admin). Without a quota the
     tenant is bound by no nominal share there: it runs on what is free, like a tenant with no quota at all."""
     srv.store.delete_quota(tenant, pool, gpu_model, actor(who))
+    srv.fits.invalidate()  # the pools in use may be fewer: a cached one must not let a job in (server.feasible)
     srv.loop.wake()
     return admin.QuotaKeyOut(tenant=tenant, pool=pool, gpu_model=gpu_model)
 
@@ -59,6 +60,7 @@ def delete_quota(
 def delete_pool(name: str, srv: Srv, who: Admin) -> admin.DeletedOut:
     """Delete a pool and its calendar (admin); one that quotas still name is a 409."""
     srv.store.delete_pool(name, actor(who))
+    srv.fits.invalidate()
     srv.loop.wake()
     return admin.DeletedOut(kind="pool", name=name)
 
