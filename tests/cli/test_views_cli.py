@@ -65,7 +65,9 @@ def test_jobs_lists_active_first_newest_first_with_filters_and_columns(server: t
     url, token = server
     old = submit(url, token, "--name", "Train-old", "--gpus", "8")
     new = submit(url, token, "--name", "eval-new", "--gpus", "4")
-    gone = submit(url, token, "--name", "train-gone", "--gpus", "2")
+    # 8 GPUs on one host: never placed beside the two above (a placed job cancelled here would stay active,
+    # its ranks releasing until an agent, which these nodes lack, confirmed them gone).
+    gone = submit(url, token, "--name", "train-gone", "--gpus", "8")
     ok(url, token, "cancel", gone)
     until(lambda: json.loads(ok(url, token, "job", old, "-f", "json"))["state"] == "placed")
     lines = ok(url, token, "jobs", "-o", "id,state,name", "--noheader").splitlines()

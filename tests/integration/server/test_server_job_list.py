@@ -191,3 +191,20 @@ def test_a_job_that_can_never_run_is_refused_at_submit_and_nothing_is_stored(api
     )
     refused({"pool": "anything"}, "UNKNOWN_POOL", "the defined pools: training")
     assert api.client.post("/v1/jobs", json={**JOB, "pool": "training"}, headers=alice).status_code == 201
+
+
+def test_a_cancelled_job_is_active_while_its_ranks_release_their_gpus(api: Api) -> None:
+    """Active means holding or wanting GPUs: a job cancelled while running stays in the active list (its rank
+    ``releasing``) until its agent confirms the process gone, then leaves it."""
+    alice = api.tenant("alice")
+    node = api.register("gpu-01", gpus=8)
+    job = submit(api, alice)
+    api.srv.loop.run_cycle()
+    (launch,) = api.beat("gpu-01", node)
+    api.beat("gpu-01", node, [status(launch, "running")])
+    assert api.client.post(f"/v1/jobs/{job}/cancel", headers=alice).json()["state"] == "cancelled"
+    assert listed(api, alice, active="true") == [job] and listed(api, alice, active="false") == []
+    (rank,) = api.client.get(f"/v1/jobs/{job}", headers=alice).json()["ranks"]
+    assert rank["state"] == "releasing" and rank["releasing_s"] == api.clock.t
+    api.beat("gpu-01", node, [status(launch, "exited", -15)])  # stopped: its agent says the process is gone
+    assert listed(api, alice, active="true") == [] and listed(api, alice, active="false") == [job]
