@@ -18,6 +18,7 @@ or pool added a moment ago (on any replica) is never refused.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -49,12 +50,14 @@ class NodeFacts:
 class Facts:
     nodes: tuple[NodeFacts, ...]
     pools: frozenset[str]  # the defined pools; empty: pools are not in use
+    # How many nodes have each GPU count: what a job without a model or selector is judged on, so a submit
+    # costs a few steps rather than one per node (thousands of submits a second meet a thousand nodes).
+    sizes: tuple[tuple[int, int], ...] = ()
 
 
 def facts(nodes: Iterable[NodeRecord], pools: Iterable[str]) -> Facts:
-    return Facts(
-        tuple(NodeFacts(n.name, n.gpu_model, n.gpu_count, frozenset(n.labels)) for n in nodes), frozenset(pools)
-    )
+    listed = tuple(NodeFacts(n.name, n.gpu_model, n.gpu_count, frozenset(n.labels)) for n in nodes)
+    return Facts(listed, frozenset(pools), tuple(sorted(Counter(n.gpus for n in listed).items())))
 
 
 def _gpus(n: int) -> str:
@@ -71,34 +74,36 @@ def never_runs(job: JobSpec, known: Facts) -> GpupoolError | None:
     """Why ``job`` can never run on the cluster ``known`` describes, or None. Pure."""
     if known.pools and job.pool not in known.pools:
         return UnknownPoolError(f"pool {job.pool!r} is not defined; the defined pools: {_listed(known.pools)}")
-    matching = [n for n in known.nodes if not job.gpu_models or n.gpu_model in job.gpu_models]
+    matching = [n for n in known.nodes if n.gpu_model in job.gpu_models] if job.gpu_models else []
     if job.gpu_models and not matching:
         models = {n.gpu_model for n in known.nodes if n.gpu_model}
         on = f"GPU models on nodes: {_listed(models)}" if models else "no node has reported a GPU model"
         return NoMatchingNodesError(f"no node has GPU model {' or '.join(job.gpu_models)}; {on}")
     wanted = frozenset(job.node_selector)
     if wanted:
-        matching = [n for n in matching if wanted <= n.labels]
+        matching = [n for n in (matching if job.gpu_models else known.nodes) if wanted <= n.labels]
         if not matching:
             return NoMatchingNodesError(refusal(wanted, [n.labels for n in known.nodes]))
     if not known.nodes:
         return None
-    where = " with the requested GPU model and labels" if job.gpu_models or wanted else ""
+    constrained = bool(job.gpu_models or wanted)
+    sizes = tuple(sorted(Counter(n.gpus for n in matching).items())) if constrained else known.sizes
+    where = " with the requested GPU model and labels" if constrained else ""
+    largest = max((gpus for gpus, _ in sizes), default=0)
     if job.share is not None:
-        if not any(n.gpus > 0 for n in matching):
-            return UnschedulableError(f"needs a share of one GPU; no registered node{where} has a GPU")
-        return None
+        if largest > 0:
+            return None
+        return UnschedulableError(f"needs a share of one GPU; no registered node{where} has a GPU")
     g, tasks = job.gpus_per_task, job.fewest_tasks
-    largest = max((n.gpus for n in matching), default=0)
     if g > largest:
         return UnschedulableError(
             f"a task needs {_gpus(g)} on one node; the largest registered node{where} has {largest}"
         )
-    slots = sum(n.gpus // g for n in matching)
+    slots = sum(count * (gpus // g) for gpus, count in sizes)
     if slots < tasks:
-        total = sum(n.gpus for n in matching)
+        total, nodes = sum(count * gpus for gpus, count in sizes), sum(count for _, count in sizes)
         return UnschedulableError(
-            f"needs {tasks} task(s) of {_gpus(g)} ({_gpus(tasks * g)}); the {len(matching)} registered node(s){where} "
+            f"needs {tasks} task(s) of {_gpus(g)} ({_gpus(tasks * g)}); the {nodes} registered node(s){where} "
             f"have {_gpus(total)}, room for {slots} such task(s)"
         )
     return None
