@@ -18,17 +18,8 @@ from fastapi.responses import FileResponse
 from gpupool.domain.errors import NotFoundError
 from gpupool.domain.states import JobState
 from gpupool.web import simreport
-from gpupool.web.views import (
-    HostTelemetry,
-    JobView,
-    NodeView,
-    RankView,
-    fabric_payload,
-    host_payload,
-    lending,
-    pool_calendar,
-    queue_payload,
-)
+from gpupool.web.fabricview import HostTelemetry, LiveCache, NodeView, RankView, fabric_live, fabric_static
+from gpupool.web.views import JobView, host_payload, lending, pool_calendar, queue_payload
 
 TelemetrySource = Callable[[], Mapping[str, HostTelemetry]]
 
@@ -64,8 +55,13 @@ def _nodes(srv: Any) -> list[NodeView]:
 
 def _ranks(srv: Any) -> list[RankView]:
     assignments = srv.ops.assignments()
-    owners = {r.job_id: r.spec.tenant for r in srv.ops.specs(sorted({a.job_id for a in assignments}))}
-    return [RankView(a.job_id, owners.get(a.job_id, ""), a.rank, a.host, tuple(a.gpus)) for a in assignments]
+    specs = {r.job_id: r.spec for r in srv.ops.specs(sorted({a.job_id for a in assignments}))}
+    out = []
+    for a in assignments:
+        s = specs.get(a.job_id)
+        tenant, pool, name = ("", "", "") if s is None else (s.tenant, s.pool, s.name)
+        out.append(RankView(a.job_id, tenant, a.rank, a.host, tuple(a.gpus), pool, name))
+    return out
 
 
 def _job_view(rec: Any) -> JobView:
@@ -99,16 +95,34 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
         """The dashboard's caller: tenant or admin."""
         return {"admin": tenant is None, "tenant": tenant}
 
+    live_cache = LiveCache()
+
     @router.get("/fabric")
-    def fabric(srv: Srv, tenant: Tenant) -> dict[str, Any]:
-        """The fabric page's payload: hosts, GPUs, leaves, jobs and live telemetry."""
+    def fabric(
+        srv: Srv,
+        tenant: Tenant,
+        version: Annotated[int | None, Query()] = None,
+        since: Annotated[str | None, Query(max_length=64)] = None,
+        telemetry: bool = False,
+    ) -> dict[str, Any]:
+        """The fabric page: the static part when ``version`` is not the fabric's, and the live part, or only
+        what changed in it since the digest ``since`` (nothing when nothing did). ``telemetry``: with each
+        GPU's utilisation and temperature."""
         fab, key = srv.fabrics.current()
         if fab is None:
             raise NotFoundError("no fabric: none imported and no agent registered")
         # The cache's key starts with the stored fabric's version: reading the stored fabric itself would
         # parse the whole document (seconds at 1,000 hosts) just to learn that number.
-        version = key[0] if key and isinstance(key[0], int) else 0
-        return fabric_payload(fab, version, _nodes(srv), _ranks(srv), samples(), tenant)
+        current = key[0] if key and isinstance(key[0], int) else 0
+        live = fabric_live(
+            fab, _nodes(srv), _ranks(srv), samples(), tenant, live_cache.job_key, gpu_telemetry=telemetry
+        )
+        out: dict[str, Any] = {"version": current}
+        if version != current:
+            out["static"] = fabric_static(fab, current)
+            since = None
+        out.update(live_cache.answer(live, since))
+        return out
 
     @router.get("/hosts/{name}")
     def host(name: str, srv: Srv, tenant: Tenant) -> dict[str, Any]:
@@ -117,7 +131,12 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
         node = next((n for n in _nodes(srv) if n.name == name), None)
         if node is None and (fab is None or not fab.has_host(name)):
             raise NotFoundError(f"host {name!r} is neither in the fabric nor registered")
-        return host_payload(fab, name, node, _ranks(srv), samples().get(name), tenant)
+        out = host_payload(fab, name, node, _ranks(srv), samples().get(name), tenant)
+        # Why it is drained: the reason given with the last drain (the node's audit trail keeps it).
+        if node is not None and node.state == "drained":
+            drains = srv.store.list_audit(subject=f"node/{name}", action="node.drained", limit=100_000)
+            out["drain_reason"] = str(drains[-1].data.get("reason", "")) if drains else ""
+        return out
 
     @router.get("/queue")
     def queue(srv: Srv, tenant: Tenant) -> dict[str, Any]:

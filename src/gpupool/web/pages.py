@@ -19,6 +19,15 @@ from fastapi import APIRouter, Cookie, Header, HTTPException, Query
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 PAGES = ("fabric", "queue", "jobs", "pools", "tenants", "sim")
+# The scripts of each page after app.js: Chart.js (most of the dashboard's weight) only where a page charts.
+SCRIPTS = {
+    "fabric": ("fabric.js", "fabric-page.js"),
+    "queue": ("queue.js",),
+    "jobs": ("jobs.js",),
+    "pools": ("pools.js",),
+    "tenants": ("vendor/chart.umd.min.js", "tenants.js"),
+    "sim": ("vendor/chart.umd.min.js", "sim.js"),
+}
 LANGUAGES = ("en", "zh-CN")
 _KEY = re.compile(r"\{\{([a-z0-9_.]+)\}\}")
 
@@ -29,17 +38,24 @@ class Assets:
 
     shell: str
     bodies: dict[str, str]
-    messages: dict[str, dict[str, str]]
+    messages: dict[str, dict[str, str]]  # the page labels and the codes (states, reasons, events) together
+    reasons: list[list[str]]  # (key, pattern) of each English sentence the page says again from its parameters
 
 
 def load_assets() -> Assets:
     root = resources.files("gpupool.web")
     shell = (root / "templates" / "shell.html").read_text(encoding="utf-8")
     bodies = {p: (root / "templates" / f"{p}.html").read_text(encoding="utf-8") for p in PAGES}
+    i18n = root / "static" / "i18n"
     messages = {
-        lang: json.loads((root / "static" / "i18n" / f"{lang}.json").read_text(encoding="utf-8")) for lang in LANGUAGES
+        lang: {
+            **json.loads((i18n / f"{lang}.json").read_text(encoding="utf-8")),
+            **json.loads((i18n / f"codes.{lang}.json").read_text(encoding="utf-8")),
+        }
+        for lang in LANGUAGES
     }
-    return Assets(shell, bodies, messages)
+    reasons = json.loads((i18n / "reasons.json").read_text(encoding="utf-8"))["patterns"]
+    return Assets(shell, bodies, messages, reasons)
 
 
 def pick_language(query: str | None, cookie: str | None, accept_language: str | None) -> str:
@@ -77,7 +93,9 @@ def render(assets: Assets, page: str, lang: str) -> str:
     )
     # The catalogue goes to the page as JSON for the labels the scripts write; "</" is escaped so no
     # message can close the script element.
-    boot = json.dumps({"page": page, "lang": lang, "msgs": msgs}, ensure_ascii=False).replace("</", "<\\/")
+    boot = json.dumps({"page": page, "lang": lang, "msgs": msgs, "reasons": assets.reasons}, ensure_ascii=False)
+    boot = boot.replace("</", "<\\/")
+    scripts = "".join(f'<script src="/ui/static/{name}"></script>' for name in ("app.js", *SCRIPTS[page]))
     return (
         fill(assets.shell)
         .replace("%%LANG%%", lang)
@@ -86,6 +104,7 @@ def render(assets: Assets, page: str, lang: str) -> str:
         .replace("%%NAV%%", nav)
         .replace("%%BODY%%", fill(assets.bodies[page]))
         .replace("%%BOOT%%", boot)
+        .replace("%%SCRIPTS%%", scripts)
     )
 
 

@@ -10,9 +10,7 @@ import pytest
 from gpupool.domain.calendar import parse_calendar
 from gpupool.domain.errors import ParseError
 from gpupool.fabric.generators import superpod
-from gpupool.web.pages import load_assets, pick_language, render
-from gpupool.web.simreport import plot_path, read_report
-from gpupool.web.views import (
+from gpupool.web.fabricview import (
     FREE,
     HIDDEN,
     LEAF_CONGESTED,
@@ -20,16 +18,17 @@ from gpupool.web.views import (
     LEAF_ERRORING,
     GpuTelemetry,
     HostTelemetry,
-    JobView,
+    LiveCache,
     NodeView,
     PortTelemetry,
     RankView,
-    fabric_payload,
-    host_payload,
-    lending,
-    pool_calendar,
-    queue_payload,
+    diff_live,
+    fabric_live,
+    fabric_static,
 )
+from gpupool.web.pages import load_assets, pick_language, render
+from gpupool.web.simreport import plot_path, read_report
+from gpupool.web.views import HIDDEN_HOLDER, JobView, host_payload, lending, pool_calendar, queue_payload
 
 FABRIC = superpod(1)
 RANKS = [
@@ -50,42 +49,104 @@ def _job(job_id: str, tenant: str, priority: int, submit: float, **kw: object) -
     return JobView(**base)  # type: ignore[arg-type]
 
 
-def test_fabric_payload_draws_every_host_and_hides_other_tenants_jobs() -> None:
+def _keys() -> LiveCache:
+    return LiveCache()
+
+
+def test_fabric_live_draws_every_host_hides_other_tenants_and_counts_only_schedulable_gpus() -> None:
     nodes = [NodeView("dgx001", "up", (0,) * 8), NodeView("dgx002", "drained", (0, 1, 2, 0, 0, 0, 0, 0))]
-    p = fabric_payload(FABRIC, 3, nodes, RANKS, {}, "acme")
-    assert len(p["hosts"]) == 31 and sum(len(g["hosts"]) for g in p["groups"]) == 31
+    static = fabric_static(FABRIC, 3)
+    assert len(static["hosts"]) == 31 and sum(len(g["hosts"]) for g in static["groups"]) == 31
+    assert len(static["tiers"]["leaf"]) == 8 and sorted(leaf[1] for leaf in static["tiers"]["leaf"]) == list(range(8))
+    keys = _keys()
+    p = fabric_live(FABRIC, nodes, RANKS, {}, "acme", keys.job_key)
     assert p["state"][:3] == [0, 1, 3]  # up, drained, no agent
-    assert p["jobs"] == ["j-a"]
-    off3 = p["gpu_offset"][2]
+    assert list(p["jobs"].values()) == [["j-a", "acme", "", ""]]
+    off3 = static["gpu_offset"][2]
     assert p["alloc"][off3 + 4 : off3 + 6] == [HIDDEN, HIDDEN] and p["alloc"][off3] == FREE
     assert "j-g" not in json.dumps(p)
     assert p["health"][8:11] == [0, 1, 2] and p["health"][16] == -1
-    admin = fabric_payload(FABRIC, 3, nodes, RANKS, {}, None)
-    assert admin["jobs"] == ["j-a", "j-g"] and HIDDEN not in admin["alloc"]
-    assert len(p["tiers"]["leaf"]) == 8 and sorted(leaf[1] for leaf in p["tiers"]["leaf"]) == list(range(8))
+    assert "util" not in p  # telemetry only when asked for
+    # 31 hosts of 8 GPUs: only dgx001 is up; the drained host's GPUs and 29 hosts without an agent offer none.
+    assert p["summary"]["gpus"] == 248 and p["summary"]["schedulable_gpus"] == 8
+    assert p["summary"]["hosts_by_state"] == {"up": 1, "drained": 1, "lost": 0, "unregistered": 29}
+    assert p["summary"]["bad_gpus"] == 1 and p["summary"]["allocated_gpus"] == 18
+    admin = fabric_live(FABRIC, nodes, RANKS, {}, None, keys.job_key)
+    assert sorted(j[0] for j in admin["jobs"].values()) == ["j-a", "j-g"] and HIDDEN not in admin["alloc"]
 
 
 def test_telemetry_colours_gpus_and_flags_the_worst_link_of_each_leaf() -> None:
     t = {
         "dgx001": HostTelemetry(
-            {0: GpuTelemetry(55.0, 61.0)},
+            {0: GpuTelemetry(55.4, 61.0)},
             (PortTelemetry("mlx5_0", "up", 3.0, 0.0), PortTelemetry("mlx5_1", "up", 0.0, 5e4)),
         ),
         "dgx002": HostTelemetry({}, (PortTelemetry("mlx5_0", "down", None, None),)),
     }
-    p = fabric_payload(FABRIC, 1, [], [], t, None)
-    assert p["util"][0] == 55.0 and p["temp"][0] == 61.0 and p["util"][1] is None
-    flags = {leaf[1]: leaf[3] for leaf in p["tiers"]["leaf"]}
+    p = fabric_live(FABRIC, [], [], t, None, _keys().job_key, gpu_telemetry=True)
+    assert p["util"][0] == 55 and p["temp"][0] == 61 and p["util"][1] is None
+    leaves = fabric_static(FABRIC, 1)["tiers"]["leaf"]
+    flags = {leaf[1]: p["leaf_flag"][i] for i, leaf in enumerate(leaves)}
     assert flags[0] == LEAF_DOWN  # erroring on dgx001, down on dgx002: the worst wins
     assert flags[1] == LEAF_CONGESTED and flags[2] == 0
     assert LEAF_ERRORING > LEAF_CONGESTED
+    # Leaf flags come with every answer; the per-GPU numbers only when asked for.
+    assert fabric_live(FABRIC, [], [], t, None, _keys().job_key)["leaf_flag"] == p["leaf_flag"]
+
+
+def _apply(held: dict[str, object], answer: dict[str, object]) -> dict[str, object]:
+    """What fabric.js's GP.applyLive does, in Python."""
+    if "live" in answer:
+        return dict(answer["live"])  # type: ignore[call-overload]
+    if answer.get("same"):
+        return held
+    out = dict(held)
+    for name, ch in answer["diff"].items():  # type: ignore[attr-defined]
+        if name == "summary":
+            out[name] = ch
+        elif name == "jobs":
+            jobs = {**held["jobs"], **ch["set"]}  # type: ignore[dict-item]
+            out[name] = {k: v for k, v in jobs.items() if k not in ch["del"]}
+        elif "all" in ch:
+            out[name] = ch["all"]
+        else:
+            a = list(held[name])  # type: ignore[call-overload]
+            for i in range(0, len(ch["set"]), 2):
+                a[ch["set"][i]] = ch["set"][i + 1]
+            out[name] = a
+    return out
+
+
+def test_a_page_that_sends_its_digest_gets_only_what_changed() -> None:
+    """The invariant: applying the answer to what the page holds gives exactly the new live part, whatever it
+    held (the same state, an older one the cache knows, or one it never sent)."""
+    cache = LiveCache(size=2)
+    nodes = [NodeView(f"dgx{i:03d}", "up", (0,) * 8) for i in range(1, 32)]
+    first = fabric_live(FABRIC, nodes, RANKS[:2], {}, None, cache.job_key)
+    a1 = cache.answer(first, None)
+    assert a1["live"] == first
+    assert cache.answer(first, a1["digest"]) == {"digest": a1["digest"], "same": True}
+    nodes[4] = NodeView("dgx005", "up", (0, 0, 2, 0, 0, 0, 0, 0))  # a GPU goes bad
+    ranks = [*RANKS[2:], RankView("j-n", "acme", 0, "dgx006", (0, 1), "default", "new")]  # j-a ends, two start
+    second = fabric_live(FABRIC, nodes, ranks, {}, None, cache.job_key)
+    a2 = cache.answer(second, a1["digest"])
+    assert _apply(first, a2) == second
+    diff = a2["diff"]
+    assert diff["health"] == {"set": [4 * 8 + 2, 2]}
+    assert len(diff["alloc"]["set"]) == 2 * (16 + 2 + 2)  # j-a's 16 GPUs freed, j-g's 2 and j-n's 2 taken
+    assert set(diff["jobs"]["set"]) == {str(cache.job_key("j-g")), str(cache.job_key("j-n"))}
+    assert diff["jobs"]["del"] == [str(cache.job_key("j-a"))]
+    # A digest the cache no longer holds (it keeps two) gets the whole live part.
+    cache.answer(fabric_live(FABRIC, [], [], {}, None, cache.job_key), None)
+    assert "live" in cache.answer(second, a1["digest"])
+    assert diff_live(second, second) == {"summary": second["summary"]}
 
 
 def test_host_payload_names_rails_and_never_another_tenants_job() -> None:
     h = host_payload(FABRIC, "dgx003", NodeView("dgx003", "up", ()), RANKS, None, "acme")
     assert [g["hca"] for g in h["gpus"]] == [f"mlx5_{i}" for i in range(8)]
     assert [x["rail"] for x in h["hcas"]] == list(range(8))
-    assert h["gpus"][4]["job"] == "(another tenant)" and h["jobs"] == []
+    assert h["gpus"][4]["job"] == HIDDEN_HOLDER and h["jobs"] == []
     assert "j-g" not in json.dumps(h)
     assert host_payload(None, "ghost", None, [], None, None)["state"] == "unregistered"
 
