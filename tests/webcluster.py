@@ -3,10 +3,11 @@ a 1,023-host DGX SuperPOD (``superpod(32)``) and 5,000 jobs, without 1,023 agent
 
 - The job history (every job but the active ones) is written straight into the store before the server starts:
   one transaction, about a second, where 4,700 submits over HTTP would take minutes.
-- Every host but a few is registered as its agent would register it and then never beats (the server's long
-  ``node_lost_after_s`` keeps it up), so the scheduler places the active jobs on them; ``UNREGISTERED`` hosts
-  stay without an agent, ``DRAINED`` hosts are drained with a reason, and ``BAD_GPU`` is graded bad by an XID
+- The fabric and every host but a few are stored as registration stores them (the node, up, with its GPUs),
+  also before the server starts; they never beat (the server's long ``node_lost_after_s`` keeps them up), so
+  the scheduler places the active jobs on them. ``UNREGISTERED`` hosts stay without an agent, ``DRAINED`` hosts are drained with a reason, and ``BAD_GPU`` is graded bad by an XID
   79 (fallen off the bus) in the one heartbeat its host sends.
+  The bad GPU's host registers over HTTP, as an agent, for the node token its heartbeat needs.
 - One host (``AGENT_HOST``) runs a real ``gpupool agent --emulate``: the job ``LOGS_JOB`` runs there as real
   processes, and its rank 1 writes ``STDERR_LINE`` to stderr, for the log panel.
 - The active jobs come through the API as a few arrays (one call each) and single jobs.
@@ -89,7 +90,7 @@ def _history(store: Store, n: int, now: float) -> None:
         start = submit + rng.uniform(5, 600)
         end = start + rng.uniform(60, 7200)
         jobs.append(dict(id=spec.job_id, tenant=tenant, pool=pool, name=spec.name, priority=int(spec.priority),
-                         state=state, submit_time_s=submit, spec=spec_to_json(spec), idempotency_key=None, version=4,
+                         state=state, submit_time_s=submit, spec=spec_to_json(spec), gpu_milli=spec.tasks * 8000, idempotency_key=None, version=4,
                          reason_code="", reason=reason, created_s=submit, updated_s=end, attempt=1, array_id=None,
                          submitted_by="seed"))  # fmt: skip
         runs.append(dict(job_id=spec.job_id, attempt=1, assignment=2, tenant=tenant, pool=pool,
@@ -100,11 +101,20 @@ def _history(store: Store, n: int, now: float) -> None:
         c.execute(insert(JobAttemptRow), runs)
 
 
-def _register(c: httpx.Client, fabric: Any, skip: set[str]) -> dict[str, str]:
+def _nodes(store: Store, fabric: Any, skip: set[str]) -> None:
+    """The nodes as a registration stores them (up, GPU model and count); with no heartbeat ever, the loop
+    never judges them lost."""
+    store.put_fabric(fabric, "seed")
+    for host in fabric.hosts:
+        if host.name not in skip:
+            store.upsert_node(host.name, gpu_model=host.gpus[0].model, gpu_count=host.gpu_count, actor="seed")
+
+
+def _register(c: httpx.Client, fabric: Any, only: set[str]) -> dict[str, str]:
     join = c.post("/v1/join-tokens", json={}).json()["token"]
     node_tokens = {}
     for host in fabric.hosts:
-        if host.name in skip:
+        if host.name not in only:
             continue
         hcas = [fabric.hcas[fabric.hca_index(g)] for g in host.hcas]
         inventory = {
@@ -137,17 +147,16 @@ def web_cluster(root: Path, *, jobs: int = 5000, sus: int = 32) -> Iterator[WebC
         store.create_tenant(t, "seed")
     active = 300
     _history(store, jobs - active, time.time())
+    _nodes(store, fabric, {AGENT_HOST, BAD_GPU[0], *UNREGISTERED})
     store.close()
     env = {"GPUPOOL_NODE_LOST_AFTER_S": "86400", "GPUPOOL_ACCESS_LOG": "false", "GPUPOOL_SCHEDULE_PERIOD_S": "0.5"}
     server = ServerProc(url, root, root / "server.log", env)
     agent = None
     try:
         with httpx.Client(base_url=server.base, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60) as c:
-            c.put("/v1/fabric", json=jsonio.to_dict(fabric)).raise_for_status()
             c.put("/v1/pools/default", json={"calendar_toml": CALENDAR}).raise_for_status()
             names = [h.name for h in fabric.hosts]
-            skip = {AGENT_HOST, *(u for u in UNREGISTERED if u in names)}
-            node_tokens = _register(c, fabric, skip)
+            node_tokens = _register(c, fabric, {BAD_GPU[0]})
             agent = _agent(root, server.base, c.post("/v1/join-tokens", json={}).json()["token"])
             until(lambda: _state(c, AGENT_HOST) == "up", 60, "the emulated agent up")
             c.patch(f"/v1/nodes/{AGENT_HOST}/labels", json={"set": {"logs": "here"}}).raise_for_status()
@@ -161,7 +170,7 @@ def web_cluster(root: Path, *, jobs: int = 5000, sus: int = 32) -> Iterator[WebC
                                headers={"Authorization": f"Bearer {node_tokens[host]}"}, timeout=30)  # fmt: skip
                 assert r.status_code == 200, r.text
             for name, why in DRAINED.items():
-                if name in node_tokens:
+                if name in names:
                     c.post(f"/v1/nodes/{name}/drain", json={"reason": why}).raise_for_status()
             tokens = {t: c.post("/v1/tokens", json={"tenant": t}).json()["token"] for t in TENANTS}
             cl = WebCluster(server, agent, root, names, tokens, history=jobs - active)
@@ -178,8 +187,8 @@ def _state(c: httpx.Client, host: str) -> str | None:
 
 
 def _submit_active(c: httpx.Client, n: int) -> dict[str, str]:
-    """``n`` active jobs: the logs job on the agent's host, a named needle, one too big ever to run, and arrays
-    (one call each) of which most are placed and the rest wait."""
+    """``n`` active jobs: the logs job on the agent's host, a named needle, and arrays (one call each) of which
+    most are placed and the rest wait."""
 
     def submit(**body: Any) -> dict[str, Any]:
         r = c.post("/v1/jobs", json={"command": ["sleep", "3600"], **body})
@@ -191,8 +200,7 @@ def _submit_active(c: httpx.Client, n: int) -> dict[str, str]:
                   command=[PY, "-c", LOGS_PROGRAM])  # fmt: skip
     out["logs"] = logs["job"]["id"]
     out["needle"] = submit(tenant="globex", name=NEEDLE, tasks=2, gpus_per_task=8)["job"]["id"]
-    out["huge"] = submit(tenant="initech", name="too-big", tasks=2000, gpus_per_task=8)["job"]["id"]
-    left = n - 3
+    left = n - 2
     sizes = (("acme", "pretrain", 8, 90), ("globex", "finetune", 2, 90), ("initech", "sweep", 1, 60))
     for tenant, name, gpus, count in sizes:
         count = min(count, left)

@@ -143,7 +143,9 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
         """The queue page: pending jobs with why each waits."""
         pending = srv.store.list_jobs(tenant=tenant, state=JobState.PENDING, pool=None, limit=100_000)
         now = float(srv.clock())
-        return {"now_s": now, "jobs": queue_payload([_job_view(r) for r in pending], now, tenant)}
+        order = srv.queue.current()  # the policy's order as of the leader's last cycle (GET /v1/queue's too)
+        jobs = queue_payload([_job_view(r) for r in pending], now, tenant, order.positions)
+        return {"now_s": now, "policy": order.policy, "as_of_s": order.as_of_s, "jobs": jobs}
 
     @router.get("/jobs/{job_id}/placement")
     def placement(job_id: str, srv: Srv, tenant: Tenant) -> dict[str, Any]:

@@ -98,14 +98,20 @@ def host_payload(
     }
 
 
-def queue_payload(jobs: Sequence[JobView], now_s: float, tenant: str | None) -> list[dict[str, Any]]:
-    """Pending jobs in the order the policy takes them: priority (highest first), submit time, job id.
+def queue_payload(
+    jobs: Sequence[JobView], now_s: float, tenant: str | None, positions: Mapping[str, int] | None = None
+) -> list[dict[str, Any]]:
+    """Pending jobs in the order the configured policy takes them: ``positions`` from the leader's last cycle;
+    jobs it did not see (or no cycle known here) after them by priority (highest first), submit time, job id.
 
     Deadline jobs carry the admission answer (``infeasible`` when the scheduler refused them) and their
     slack: time to the deadline less the estimated runtime (None without an estimate).
     """
+    pos_of = positions or {}
+    unseen = len(pos_of) + 1
     shown = sorted(
-        (j for j in jobs if visible(tenant, j.tenant)), key=lambda j: (-j.priority, j.submit_time_s, j.job_id)
+        (j for j in jobs if visible(tenant, j.tenant)),
+        key=lambda j: (pos_of.get(j.job_id, unseen), -j.priority, j.submit_time_s, j.job_id),
     )
     out = []
     for pos, j in enumerate(shown, start=1):

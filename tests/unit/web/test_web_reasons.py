@@ -11,7 +11,7 @@ from importlib import resources
 import pytest
 
 from gpupool.cluster import ClusterState, FabricIndex
-from gpupool.domain.events import GpuHealthChanged, HealthGrade
+from gpupool.domain.events import GpuHealthChanged, HealthGrade, NodeDrained
 from gpupool.domain.jobs import JobSpec
 from gpupool.fabric.generators import leaf_spine
 from gpupool.scheduler import SchedulerConfig, ScheduleRequest, schedule
@@ -36,6 +36,10 @@ SAMPLES = {
     "share_topology": "needs 2 x 250 milli-GPU/4096 MiB in one leaf; no such domain has room",
     "share_few": "needs 4 x 500 milli-GPU/1024 MiB; only 3 GPU(s) can take one",
     "no_capacity": "needs 1 GPU; 0 are free",
+    "out_of_service_share": "needs a share of a GPU with 4096 MiB; no GPU in service on matching hosts has it "
+    "(the others are on hosts lost, drained or without an agent, or marked bad)",
+    "out_of_service": "needs 4 task(s) of 8 GPUs; the hosts in service have 24 GPUs, room for 3 such task(s); 40 "
+    "more GPU(s) are on hosts lost, drained or without an agent, or marked bad",
     "fragmented": "needs 4 task(s) of 8 GPUs on one host each; 30 GPUs are free but hosts have room for 2 such "
     "task(s) (the best host has 8 free)",
     "cpu_memory": "needs 2 task(s) of 8 GPUs, 1000 millicores and 500 MiB; hosts with the GPUs free lack the CPU "
@@ -110,17 +114,21 @@ def test_the_sentences_of_a_real_cycle_are_ones_the_page_knows() -> None:
     fab = leaf_spine(2, 2, 4, gpus_per_host=8)  # 64 GPUs
     state = ClusterState(FabricIndex(fab))
     state.apply(GpuHealthChanged(fab.hosts[0].name, 0, HealthGrade.BAD, 0))
+    state.apply(NodeDrained(fab.hosts[1].name, 0))
     pending = [
         JobSpec("j-1", 0.0, tasks=4, gpus_per_task=8),
         JobSpec("j-2", 1.0, tasks=4, gpus_per_task=8),  # 32 + 32 > 63 good GPUs
         JobSpec("j-3", 2.0, tasks=1, gpus_per_task=16),  # never: the largest host has 8
         JobSpec("j-4", 3.0, tasks=100, gpus_per_task=8),  # never: the fabric has 64
         JobSpec("j-5", 4.0, tasks=3, gpus_per_task=7),
+        JobSpec("j-7", 6.0, tasks=7, gpus_per_task=8),  # 56 GPUs: the fabric has them, the hosts in service not
         JobSpec("j-6", 5.0, gpu_models=("NVIDIA B200",)),
     ]
     got = schedule(ScheduleRequest(state.snapshot(), tuple(pending), 10.0, SchedulerConfig()))
-    assert len(got.waiting) >= 4
+    assert len(got.waiting) >= 5
+    assert {w.reason.value for w in got.waiting} >= {"unsatisfiable", "no_matching_hosts", "unschedulable"}
     expect = {"no_capacity": {"no_capacity"}, "fragmented": {"fragmented", "gang"}, "unsatisfiable":
-              {"per_task_never", "total_never", "scope_never"}, "no_matching_hosts": {"no_host_models"}}  # fmt: skip
+              {"per_task_never", "total_never", "scope_never"}, "no_matching_hosts": {"no_host_models"},
+              "unschedulable": {"out_of_service", "out_of_service_share"}}  # fmt: skip
     for w in got.waiting:
         assert key_of(w.message) in expect[w.reason.value], (w.reason, w.message)

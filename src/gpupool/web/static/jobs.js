@@ -79,7 +79,7 @@
       const ranks = job.ranks || [];
       GP.fill($('ranks').tBodies[0], ranks.map((r) => GP.row([r.rank, el('a', { href: '/ui/fabric#host=' + enc(r.host) }, r.host), r.gpus.join(','),
         GP.state(r.state), r.exit_code == null ? '' : String(r.exit_code), GP.time(r.started_s), GP.time(r.exited_s)], { 'data-rank': r.rank }, GP.labels($('ranks')))));
-      GP.fill($('attempts').tBodies[0], at.attempts.map((a) => GP.row([a.attempt, GP.state(a.state), a.hosts.join(', '), GP.time(a.started_s),
+      GP.fill($('attempts').tBodies[0], at.attempts.map((a) => GP.row([a.attempt, GP.state(a.state), [...new Set(a.hosts)].join(', '), GP.time(a.started_s),
         GP.time(a.ended_s), a.exit_code == null ? '' : String(a.exit_code), GP.reason(a.reason, '')], {}, GP.labels($('attempts')))));
       GP.fill($('events').tBodies[0], ev.events.slice().reverse().map((e) => GP.row([GP.time(e.at_s), e.actor === 'scheduler' || e.actor === 'admin' ? GP.t('actor.' + e.actor) : e.actor,
         GP.event(e.action), e.data && e.data.reason ? GP.reason(String(e.data.reason), '') : ''], {}, GP.labels($('events')))));
