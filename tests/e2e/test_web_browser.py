@@ -291,9 +291,11 @@ def test_the_chinese_pages_show_no_english_state_reason_or_event(cluster: WebClu
 
 def test_phone_width_queue_and_jobs_fit_the_screen(cluster: WebCluster, browser: Any) -> None:
     p = browser.new_page()
-    p.set_viewport_size(PHONE)
     try:
         _login(p, cluster.base, "/ui/queue")
+        p.wait_for_selector("#queue tbody tr .reason")
+        p.screenshot(path=str(_artifacts() / "queue.png"))
+        p.set_viewport_size(PHONE)
         for path, ready, name in (
             ("/ui/queue", "#queue tbody tr", "phone-queue"),
             ("/ui/jobs", "#jobs tbody tr", "phone-jobs"),

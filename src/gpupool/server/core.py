@@ -44,6 +44,7 @@ class Server:
     push: CommandPush
     beats: BeatWorkers  # the agents' beats and reports, on threads of their own, and the watch of their progress
     queue: QueueOrder  # the pending jobs in the configured policy's order, as of the leader's last cycle
+    hosts: HostCache  # nodes and their ranks as the agents are told them (the dashboard's fabric reads them too)
 
     def close(self) -> None:
         self.push.refresher.stop()
@@ -105,7 +106,9 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
     push = CommandPush(gateway.commands, bell, refresher, settings.command_wait_s, clock)
     beats = BeatWorkers(settings.heartbeat_workers, intake)
     queue = QueueOrder(lambda: loop.last_run, settings.scheduler.policy)
-    return Server(settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits, fits, push, beats, queue)
+    return Server(
+        settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits, fits, push, beats, queue, hosts
+    )
 
 
 def defined_pools(store: Store) -> set[str]:

@@ -90,6 +90,12 @@ class HostCache:
     def commands(self, host: str) -> tuple[AgentCommand, ...]:
         return self._current().commands.get(host, ())
 
+    def everything(self) -> tuple[list[NodeRecord], list[Assignment]]:
+        """Every node and every rank on a host, from the snapshot: the dashboard's fabric page polls these, and
+        reading them from the store each time cost ~0.3 s at 1,000 hosts."""
+        snap = self._current()
+        return list(snap.nodes.values()), [a for ranks in snap.assignments.values() for a in ranks]
+
     def put_node(self, node: NodeRecord) -> None:
         """This process just wrote ``node``: keep the written record (a newer version wins)."""
         with self._lock:

@@ -8,12 +8,13 @@ payload is built: a tenant's token sees only its own jobs here as in the API.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, Response
 
 from gpupool.domain.errors import NotFoundError
 from gpupool.domain.states import JobState
@@ -50,16 +51,20 @@ def _admin(tenant: Tenant) -> None:
 
 
 def _nodes(srv: Any) -> list[NodeView]:
-    return [NodeView(n.name, n.state.value, tuple(int(g) for g in n.health)) for n in srv.store.list_nodes()]
+    nodes, _ = srv.hosts.everything()
+    return [NodeView(n.name, n.state.value, tuple(int(g) for g in n.health)) for n in nodes]
 
 
-def _ranks(srv: Any) -> list[RankView]:
-    assignments = srv.ops.assignments()
-    specs = {r.job_id: r.spec for r in srv.ops.specs(sorted({a.job_id for a in assignments}))}
+def _ranks(srv: Any, cache: LiveCache) -> list[RankView]:
+    """Every rank on a host, from the server's host cache (what the agents are told), with its job's tenant,
+    pool and name (looked up once per job: they never change)."""
+    _, assignments = srv.hosts.everything()
+    missing = sorted({a.job_id for a in assignments} - cache.meta.keys())
+    for r in srv.ops.specs(missing) if missing else ():
+        cache.meta[r.job_id] = (r.spec.tenant, r.spec.pool, r.spec.name)
     out = []
     for a in assignments:
-        s = specs.get(a.job_id)
-        tenant, pool, name = ("", "", "") if s is None else (s.tenant, s.pool, s.name)
+        tenant, pool, name = cache.meta.get(a.job_id, ("", "", ""))
         out.append(RankView(a.job_id, tenant, a.rank, a.host, tuple(a.gpus), pool, name))
     return out
 
@@ -104,7 +109,7 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
         version: Annotated[int | None, Query()] = None,
         since: Annotated[str | None, Query(max_length=64)] = None,
         telemetry: bool = False,
-    ) -> dict[str, Any]:
+    ) -> Response:
         """The fabric page: the static part when ``version`` is not the fabric's, and the live part, or only
         what changed in it since the digest ``since`` (nothing when nothing did). ``telemetry``: with each
         GPU's utilisation and temperature."""
@@ -115,14 +120,15 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
         # parse the whole document (seconds at 1,000 hosts) just to learn that number.
         current = key[0] if key and isinstance(key[0], int) else 0
         live = fabric_live(
-            fab, _nodes(srv), _ranks(srv), samples(), tenant, live_cache.job_key, gpu_telemetry=telemetry
+            fab, _nodes(srv), _ranks(srv, live_cache), samples(), tenant, live_cache.job_key, gpu_telemetry=telemetry
         )
         out: dict[str, Any] = {"version": current}
         if version != current:
             out["static"] = fabric_static(fab, current)
             since = None
         out.update(live_cache.answer(live, since))
-        return out
+        # Serialised here: FastAPI's encoder walks every list item (~0.2 s for the whole payload at 1,000 hosts).
+        return Response(json.dumps(out, separators=(",", ":")), media_type="application/json")
 
     @router.get("/hosts/{name}")
     def host(name: str, srv: Srv, tenant: Tenant) -> dict[str, Any]:
@@ -131,7 +137,7 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
         node = next((n for n in _nodes(srv) if n.name == name), None)
         if node is None and (fab is None or not fab.has_host(name)):
             raise NotFoundError(f"host {name!r} is neither in the fabric nor registered")
-        out = host_payload(fab, name, node, _ranks(srv), samples().get(name), tenant)
+        out = host_payload(fab, name, node, _ranks(srv, live_cache), samples().get(name), tenant)
         # Why it is drained: the reason given with the last drain (the node's audit trail keeps it).
         if node is not None and node.state == "drained":
             drains = srv.store.list_audit(subject=f"node/{name}", action="node.drained", limit=100_000)

@@ -255,6 +255,7 @@ class LiveCache:
         self._size = size
         self._held: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._keys: dict[str, int] = {}
+        self.meta: dict[str, tuple[str, str, str]] = {}  # job id -> (tenant, pool, name): a job never changes them
 
     def job_key(self, job_id: str) -> int:
         """A small stable number per job, so a GPU's holder changes only when the job does."""
@@ -263,6 +264,7 @@ class LiveCache:
             if len(self._keys) > 200_000:  # a long-lived server: start over (pages then get one full send)
                 self._keys.clear()
                 self._held.clear()
+                self.meta.clear()
             key = self._keys[job_id] = len(self._keys)
         return key
 

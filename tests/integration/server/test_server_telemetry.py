@@ -6,7 +6,7 @@ from typing import Any
 
 from server_api_helpers import Api
 
-LEAF_OK, LEAF_DOWN = 0, 3  # gpupool.web.views' leaf flags
+LEAF_OK, LEAF_DOWN = 0, 3  # gpupool.web.fabricview's leaf flags
 
 
 def beat(api: Api, host: str, node: dict[str, str], **samples: Any) -> None:
@@ -16,15 +16,17 @@ def beat(api: Api, host: str, node: dict[str, str], **samples: Any) -> None:
 
 
 def fabric(api: Api) -> dict[str, Any]:
-    r = api.client.get("/ui/api/fabric", headers=api.admin())
+    """The fabric page's whole answer, with GPU telemetry: its static and live parts in one dict."""
+    r = api.client.get("/ui/api/fabric", params={"telemetry": "true"}, headers=api.admin())
     assert r.status_code == 200, r.text
-    return dict(r.json())
+    got = r.json()
+    return {**got["static"], **got["live"]}
 
 
 def test_a_heartbeats_samples_show_on_the_fabric_page(api: Api) -> None:
     nodes = {h: api.register(h, gpus=4, hcas=2) for h in ("gpu-01", "gpu-02")}
     before = fabric(api)
-    assert set(before["util"]) == {None} and {leaf[3] for leaf in before["tiers"]["leaf"]} == {LEAF_OK}
+    assert set(before["util"]) == {None} and set(before["leaf_flag"]) == {LEAF_OK}
     gpus = [{"index": i, "utilization_pct": 10.0 * (i + 1), "temperature_c": 50.0 + i} for i in range(4)]
     ports = [{"hca": "mlx5_0", "state": "up"}, {"hca": "mlx5_1", "state": "down"}]
     beat(api, "gpu-02", nodes["gpu-02"], gpus=gpus, ports=ports)
@@ -40,7 +42,7 @@ def test_a_heartbeats_samples_show_on_the_fabric_page(api: Api) -> None:
     assert fab is not None
     hca = next(i for i, x in enumerate(fab.hcas) if (x.host, x.name) == ("gpu-02", "mlx5_1"))
     down_leaf = fab.switches[int(fab.hca_leaf[hca])].name
-    flags = {leaf[0]: leaf[3] for leaf in got["tiers"]["leaf"]}
+    flags = {leaf[0]: flag for leaf, flag in zip(got["tiers"]["leaf"], got["leaf_flag"], strict=True)}
     assert flags[down_leaf] == LEAF_DOWN
     assert all(f == LEAF_OK for name, f in flags.items() if name != down_leaf)
 

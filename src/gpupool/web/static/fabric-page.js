@@ -50,7 +50,7 @@
       out.textContent = m.hosts.size ? t('fabric.found', { hosts: GP.num(m.hosts.size), jobs: GP.num(m.jobs) }) : t('fabric.notfound');
       if (centre && m.hosts.size) {
         const b = view.bounds(m.hosts);
-        view.centre(b, Math.min(view.cw / (b.w + 40), view.ch / (b.h + 40), 5));
+        view.centre(b, Math.min(view.cw / (b.w + 40), view.ch / (b.h + 40), 3));
       }
     }
     $('fabric-search').addEventListener('submit', (ev) => { ev.preventDefault(); query = $('find').value; find(true); view.draw(); });

@@ -8,7 +8,7 @@
     GP.poll(async () => {
       const d = await GP.api('/ui/api/queue');
       $('queue-empty').hidden = d.jobs.length > 0;
-      $('queue-hint').textContent = t('queue.hint', { policy: d.policy, time: d.as_of_s == null ? '—' : GP.time(d.as_of_s) });
+      $('queue-hint').textContent = t('queue.hint', { policy: GP.msgs['policy.' + d.policy] ? t('policy.' + d.policy) : d.policy, time: d.as_of_s == null ? '—' : GP.time(d.as_of_s) });
       const labels = GP.labels($('queue'));
       GP.fill($('queue').tBodies[0], d.jobs.map((j) => GP.row([j.order,
         el('a', { href: '/ui/jobs#job=' + enc(j.id) }, j.name ? j.name : j.id), j.tenant, j.pool,
