@@ -165,6 +165,10 @@ def test_queue_is_in_policy_order_with_admission_and_slack() -> None:
     assert q[3]["admission"] == "infeasible" and q[3]["slack_s"] == -200.0
     assert q[1]["admission"] is None and q[1]["waiting_s"] == 90.0
     assert queue_payload(jobs, 100.0, None)[0]["id"] == "x"
+    # The leader's last cycle knows the policy's order: that order first, the jobs it did not see after.
+    by_policy = queue_payload(jobs, 100.0, None, {"late": 1, "b": 2, "x": 3})
+    assert [j["id"] for j in by_policy] == ["late", "b", "x", "hi", "a"]
+    assert [j["order"] for j in by_policy] == [1, 2, 3, 4, 5]
 
 
 def test_pool_calendar_segments_cover_the_day_and_lending_is_per_tenant() -> None:
