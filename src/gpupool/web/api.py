@@ -151,6 +151,10 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
         now = float(srv.clock())
         order = srv.queue.current()  # the policy's order as of the leader's last cycle (GET /v1/queue's too)
         jobs = queue_payload([_job_view(r) for r in pending], now, tenant, order.positions)
+        # Each job's expected start (the eta branch's projection), where this server makes one.
+        eta: Any = getattr(srv, "eta", None)
+        for j in jobs if eta is not None else ():
+            j["expected_start_s"] = eta.expected_start_s(j["id"])
         return {"now_s": now, "policy": order.policy, "as_of_s": order.as_of_s, "jobs": jobs}
 
     @router.get("/jobs/{job_id}/placement")

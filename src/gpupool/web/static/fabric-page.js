@@ -107,7 +107,7 @@
         g.temp == null ? '' : g.temp, g.job === '-' ? t('legend.hidden') : g.job ? el('a', { href: '/ui/jobs#job=' + enc(g.job) }, g.job) : ''], {}, labels)));
       GP.fill($('host-hcas').tBodies[0], d.hcas.map((h) => GP.row([h.name, h.rail, h.leaf, h.rate_gbps])));
       $('host-jobs').replaceChildren(...(d.jobs.length ? d.jobs.map((j) => el('li', {}, el('a', { href: '/ui/jobs#job=' + enc(j.id) }, (j.name ? j.name + ' · ' : '') + j.id),
-        ' · ' + j.tenant + ' · rank ' + j.rank + ' · GPU ' + j.gpus.join(','))) : [el('li', { class: 'muted' }, t('host.nojobs'))]));
+        ' · ' + j.tenant + ' · ' + t('col.rank') + ' ' + j.rank + ' · GPU ' + j.gpus.join(','))) : [el('li', { class: 'muted' }, t('host.nojobs'))]));
       $('drain-form').hidden = !GP.who.admin;
       $('drain').hidden = d.state !== 'up'; $('drain-reason').hidden = d.state !== 'up';
       $('undrain').hidden = d.state !== 'drained';
