@@ -14,7 +14,7 @@ import hashlib
 import json
 import math
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -256,6 +256,7 @@ class LiveCache:
         self._held: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._keys: dict[str, int] = {}
         self.meta: dict[str, tuple[str, str, str]] = {}  # job id -> (tenant, pool, name): a job never changes them
+        self._built: dict[Hashable, tuple[object, dict[str, Any], str]] = {}
 
     def job_key(self, job_id: str) -> int:
         """A small stable number per job, so a GPU's holder changes only when the job does."""
@@ -265,11 +266,24 @@ class LiveCache:
                 self._keys.clear()
                 self._held.clear()
                 self.meta.clear()
+                self._built.clear()
             key = self._keys[job_id] = len(self._keys)
         return key
 
-    def answer(self, live: dict[str, Any], since: str | None) -> dict[str, Any]:
+    def built(self, slot: Hashable, made_of: object, build: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], str]:
+        """``slot``'s live part and its digest: the last one built if it was made of equal ``made_of`` (None:
+        always build), else ``build()``'s. One entry per slot (a tenant and whether with telemetry)."""
+        last = self._built.get(slot)
+        if made_of is not None and last is not None and last[0] == made_of:
+            return last[1], last[2]
+        live = build()
         d = digest(live)
+        self._built[slot] = (made_of, live, d)
+        return live, d
+
+    def answer(self, live: dict[str, Any], since: str | None, known: str | None = None) -> dict[str, Any]:
+        """What a page holding ``since`` needs to hold ``live`` (``known``: its digest, if computed)."""
+        d = known or digest(live)
         self._held[d] = live
         self._held.move_to_end(d)
         while len(self._held) > self._size:

@@ -256,3 +256,21 @@ def test_a_path_the_os_refuses_is_a_clear_error_not_a_crash() -> None:
         simreport.read_report("/tmp/" + "x" * 5000)
     with pytest.raises(ParseError, match="not a folder"):
         simreport.read_report("/nonexistent/folder")
+
+
+def test_a_live_part_made_of_the_same_state_is_not_built_again() -> None:
+    cache = LiveCache()
+    calls: list[int] = []
+
+    def build() -> dict[str, object]:
+        calls.append(1)
+        return fabric_live(FABRIC, [], RANKS, {}, None, cache.job_key)
+
+    made_of = ([("dgx001", "up", (0,) * 8)], [("j-a", 0, "dgx001", (0, 1))])
+    first, d1 = cache.built(None, made_of, build)
+    again, d2 = cache.built(None, ([("dgx001", "up", (0,) * 8)], [("j-a", 0, "dgx001", (0, 1))]), build)
+    assert again is first and d1 == d2 and len(calls) == 1
+    cache.built(None, ([("dgx001", "up", (0, 2) + (0,) * 6)], made_of[1]), build)  # a GPU went bad
+    cache.built("acme", made_of, build)  # another tenant's slot
+    cache.built(None, None, build)  # with telemetry: always built
+    assert len(calls) == 4
