@@ -7,7 +7,8 @@ HTML, scripts, the JSON and the canvas). Then one tab stays open for ``--window`
 still, and with churn (a running job cancelled every 2 s, so the scheduler places a waiting one: the GPUs of
 two jobs change per poll). Bytes are Chromium's own count of what crossed the wire for every request of the
 tab (``encodedDataLength``: headers and the gzip-compressed bodies). The server's CPU seconds over each window
-are read from /proc. Prints one JSON line.
+are read from /proc, and over a window with no tab open (its loop and the agent's beats) for comparison.
+Prints one JSON line.
 
     .venv/bin/python benchmarks/web_fabric.py [--runs 5] [--window 60]
 """
@@ -125,6 +126,9 @@ def main() -> None:
             )
             ctx.add_init_script(f"sessionStorage.setItem('gpupool.token', {json.dumps(ADMIN)})")
             timings = first_draws(ctx, cl.base, args.runs)
+            cpu0, t0 = cpu_s(cl.server.proc.pid), time.monotonic()
+            time.sleep(args.window)  # no tab open: what the server spends anyway (its loop, the agent's beats)
+            idle_cpu = (cpu_s(cl.server.proc.pid) - cpu0) * 60 / (time.monotonic() - t0)
             still = open_tab(ctx, cl, args.window, churn=False)
             moving = open_tab(ctx, cl, args.window, churn=True)
             ctx.close()
@@ -144,6 +148,7 @@ def main() -> None:
                 "render_ms_median": round(statistics.median(t["render_ms"] for t in timings), 1),
                 "target_ms": 1000,
                 "window_s": args.window,
+                "no_tab_server_cpu_s_per_min": round(idle_cpu, 2),
                 "open_tab_still": still,
                 "open_tab_churn": moving,
                 "target_bytes_per_s": 5000,
