@@ -143,6 +143,17 @@ def test_a_search_finds_a_job_by_name_among_5000(cluster: WebCluster, page: Any)
     page.click("#jobs th[data-sort=name]")  # sorting keeps the search
     page.wait_for_selector("#jobs th[aria-sort=ascending]")
     assert page.eval_on_selector_all("#jobs tbody tr", "rs => rs.map(r => r.dataset.job)") == rows
+    # A time range: submitted after tomorrow matches nothing, after last year everything the search finds.
+    page.fill("#job-after", "2099-01-01T00:00")
+    page.click("#job-filters button[type=submit]")
+    page.wait_for_function("document.getElementById('jobs').dataset.total === '0'")
+    assert page.is_visible("#jobs-empty")
+    page.fill("#job-after", "2020-01-01T00:00")
+    page.fill("#job-q", "hist-initech-0")  # the seeded history: 4,700 jobs over the tenants, one a third
+    page.click("#job-filters button[type=submit]")
+    page.wait_for_function("+document.getElementById('jobs').dataset.total > 100")
+    total = int(page.get_attribute("#jobs", "data-total"))
+    assert total == cluster.get("/v1/jobs", q="hist-initech-0", limit=1)["total"]
 
 
 def test_a_jobs_url_opens_its_panel_with_the_stderr_of_rank_1_and_esc_closes_it(
