@@ -40,6 +40,8 @@
       $('jobs').dataset.total = String(d.total);
       if (open) await openJob(open, true);
     };
+    // Tenant, pool and time filters folded away on a phone, open on a wider screen.
+    $('more-filters').open = window.matchMedia('(min-width: 701px)').matches;
     const poll = GP.poll(load, 2000);
     const reload = () => { poll.tick(); };
     $('job-filters').addEventListener('submit', (ev) => { ev.preventDefault(); f.offset = 0; reload(); });
