@@ -6,6 +6,7 @@ copy. The fabric index is shared; only per-GPU and per-host arrays are owned and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -108,6 +109,46 @@ class ClusterState:
         self._health_ro: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._nodes_ro: tuple[np.ndarray, tuple[frozenset[tuple[str, str]], ...]] | None = None
         self._memo = SnapshotMemo()
+
+    @classmethod
+    def resumed(
+        cls, snap: ClusterSnapshot, releasing: Mapping[str, Allocation] | None = None, rules: HealthRules | None = None
+    ) -> ClusterState:
+        """A new state that carries on from ``snap``, the live state's immutable copy: the forward projection
+        (``scheduler.projection``) runs cycles on it from another thread without touching the live state.
+
+        ``releasing``: the stopped jobs' ranks still holding GPUs (``releasing`` of the state ``snap`` came
+        from; ``snap``'s usage counts them). The snapshot's grade becomes the reported one (it is already the
+        worse of report and temperature, so the next snapshot's grades are the same); leaf counters are not
+        carried (congestion stays as ``snap`` has it until two new reports)."""
+        state = cls(snap.index, rules)
+        state._used_milli = snap.gpu_used_milli.copy()
+        state._used_mem = snap.gpu_used_memory_mib.copy()
+        state._reported_grade = snap.gpu_grade.copy()
+        state._temp = snap.gpu_temperature_c.copy()
+        state._cpu_used = snap.host_cpu_used.copy()
+        state._mem_used = snap.host_memory_used.copy()
+        codes = {v: k for k, v in _NODE_CODE.items()}
+        state._node = [codes[int(c)] for c in snap.node_state]
+        state._labels = list(snap.host_labels)
+        state._congestion = snap.switch_congestion.copy()
+        state._erroring = snap.switch_erroring.copy()
+        state._link = snap.switch_link_state.copy()
+        state._jobs = dict(snap.job_states)
+        for job_id, r in snap.running.items():
+            state._jobs[job_id] = JobState.PLACED if r.started_at_s is None else JobState.RUNNING
+            state._specs[job_id] = r.spec
+        state._running = dict(snap.running)
+        for spec in snap.pending:
+            state._jobs[spec.job_id] = JobState.PENDING
+            state._specs[spec.job_id] = spec
+            state._enqueue(spec)
+            if spec.after:
+                state._dependent.add(spec.job_id)
+        state._releasing = dict(releasing or {})
+        state._attained = dict(snap.attained_gpu_s)
+        state._preempted = dict(snap.preemption_count)
+        return state
 
     # ---------------------------------------------------------------- queries
 

@@ -16,7 +16,7 @@ scheduler and neither may import the other.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol
@@ -26,7 +26,7 @@ from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec
 from gpupool.domain.sharing import PoolDemand, decayed
 from gpupool.scheduler.cycle import schedule
 from gpupool.scheduler.elastic import ElasticPlanner, ElasticStep
-from gpupool.scheduler.gittins import HistoryBuilder
+from gpupool.scheduler.gittins import HistoryBuilder, ServiceHistory
 from gpupool.scheduler.policies import get_policy
 from gpupool.scheduler.queue import QueueIndex
 from gpupool.scheduler.types import (
@@ -85,6 +85,11 @@ class UsageMeter:
         self._usage: dict[str, float] = {}
         self._at: float | None = None
 
+    def seed(self, usage_gpu_s: Mapping[str, float], at_s: float) -> None:
+        """Carry on from usage measured elsewhere (another driver's last cycle) as of ``at_s``."""
+        self._usage = dict(usage_gpu_s)
+        self._at = at_s
+
     def fold(self, snap: ClusterSnapshot, now_s: float) -> MappingProxyType[str, float]:
         elapsed = 0.0 if self._at is None else max(0.0, now_s - self._at)
         self._at = now_s
@@ -112,6 +117,15 @@ class CycleDriver:
         self.queue = QueueIndex.for_policy(config.policy)
         # Elastic jobs' sizes (ElasticFlow's minimum satisfactory share), decided before each cycle.
         self.elastic = ElasticPlanner()
+        self._fixed_history: ServiceHistory | None = None
+        self.last_inputs: CycleInputs | None = None  # what the last cycle measured (a projection resumes from it)
+
+    def resume(self, inputs: CycleInputs, at_s: float) -> None:
+        """Carry on from another driver's last cycle (``inputs`` as it measured them at ``at_s``): the forward
+        projection decides as the live loop would. Its service history stays as given (the few completions a
+        projection would add are not learned)."""
+        self.usage.seed(inputs.usage_gpu_s, at_s)
+        self._fixed_history = inputs.service_history
 
     def _view(self, snapshot: ClusterSnapshot, pending: Sequence[JobSpec]) -> QueueView | None:
         """The kept queue, when ``pending`` is the snapshot's own queue (the same tuple: a caller that
@@ -135,10 +149,13 @@ class CycleDriver:
         *,
         pool_demand: tuple[PoolDemand, ...] = (),
     ) -> CycleRun:
-        history = self.history.history() if self.history is not None else None
+        history = self._fixed_history
+        if history is None and self.history is not None:
+            history = self.history.history()
         inputs = CycleInputs(self.usage.fold(snapshot, now_s), pool_demand, history)
         step = ElasticStep.run(self.elastic, snapshot, pending, actuator, now_s)
         pending = step.pending if step is not None else pending
+        self.last_inputs = inputs
         request = ScheduleRequest(
             snapshot, tuple(pending), now_s, self.config, sharing, inputs, queue=self._view(snapshot, pending)
         )

@@ -14,6 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
+
+# What the real server and agents take, measured (the numbers and how: ``scheduler.projection``, whose expected
+# starts charge them too); re-exported for the simulator's options and benchmarks.
+from gpupool.scheduler.projection import EXIT_LATENCY_S as EXIT_LATENCY_S
+from gpupool.scheduler.projection import LAUNCH_LATENCY_S as LAUNCH_LATENCY_S
 from gpupool.sim.runtime import RuntimeModel
 from gpupool.sim.traces.records import DeadlineKind, TraceJob
 
@@ -28,16 +33,6 @@ class FailureRates:
     @property
     def any(self) -> bool:
         return self.gpu_xid_per_gpu_hour > 0 or self.link_down_per_leaf_hour > 0 or self.host_loss_per_host_hour > 0
-
-
-# What the real server and agents take, measured by benchmarks/launch_latency.py (a real server, 16 emulated
-# agents, 200 jobs; docs/benchmarks.md, "Launch latency (issue 13)"): the median of placed -> the workload's
-# first instruction (0.35-0.43 s at load 29-37 on the 2-core build box, 0.16 s at load 21), and of the last
-# rank's exit -> the job stored finished, its GPUs free for the next cycle (0.56-0.58 s at load 29-32).
-# A workload's own start-up beyond a Python interpreter's (a container pull, NCCL init) is not in them:
-# ``--launch-latency`` adds it.
-LAUNCH_LATENCY_S = 0.4
-EXIT_LATENCY_S = 0.57
 
 
 @dataclass(frozen=True, slots=True)
