@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from gpupool.cli.client_cmds import Fmt, FmtOpt, _client, _emit, _job_or_array
+from gpupool.cli.eta import expected_start_line
 from gpupool.cli.human import NONE, ago, duration, read_when, when
 from gpupool.client import Client
 from gpupool.domain.errors import InputError
@@ -219,6 +220,8 @@ def _show(j: JobDetail, now: float) -> None:
         lines.append(("run", j.attempt))
     for k, v in lines:
         typer.echo(f"{k:15} {v}")
+    if j.state == "pending":
+        typer.echo(expected_start_line(j.expected_start_s, now))
 
 
 NODE_COLS = ["node", "state", "gpus", "alloc", "free", "model", "health", "heartbeat", "reason"]

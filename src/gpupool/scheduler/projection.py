@@ -132,7 +132,8 @@ class _Run:
         self.epoch: dict[str, int] = {}
         self.work_end: dict[str, float] = {}  # a job's expected end of work (its GPUs free exit latency later)
         self.remaining: dict[str, float] = {}  # a job preempted on the way: the work it still has to do
-        self.starts: dict[str, float | None] = {j.job_id: None for j in inp.pending if j.job_id in wanted}
+        queued = {j.job_id for j in inp.snapshot.pending}  # the loop's queue may list jobs its cycle placed
+        self.starts: dict[str, float | None] = {j.job_id: None for j in inp.pending if j.job_id in queued}
         self.open = {j for j in self.starts if self.state.job_state(j) is JobState.PENDING}
         self.cycles = 0
         self._seed()

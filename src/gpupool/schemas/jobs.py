@@ -54,6 +54,11 @@ class JobOut(Out):
         description="pending jobs: 1 = the next the configured policy takes, as of the leader's last cycle; "
         "null when not pending, not yet seen by a cycle, or asked of a standby replica",
     )
+    expected_start_s: float | None = Field(
+        default=None,
+        description="pending jobs: when the scheduler expects to start it if nothing new arrived (epoch seconds, "
+        "projected from the live state with the running jobs' expected ends); null when unknown or not pending",
+    )
 
 
 class RankOut(Out):

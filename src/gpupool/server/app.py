@@ -152,6 +152,7 @@ def create_app(
         if run_loop:
             srv.loop.start()
         srv.push.refresher.start()
+        srv.eta.start()
         try:
             yield
         finally:

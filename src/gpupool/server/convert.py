@@ -114,8 +114,11 @@ class Run:
         return max(0.0, (self.ended_s if self.ended_s is not None else self.now_s) - self.started_s)
 
 
-def job_out(r: JobRecord, run: Run | None = None, position: int | None = None) -> JobOut:
-    """The job on the wire; ``run``: its current run's times and exit; ``position``: its place in the queue."""
+def job_out(
+    r: JobRecord, run: Run | None = None, position: int | None = None, expected_start_s: float | None = None
+) -> JobOut:
+    """The job on the wire; ``run``: its current run's times and exit; ``position``: its place in the queue;
+    ``expected_start_s``: its projected start (pending jobs only)."""
     s = r.spec
     return JobOut(
         id=s.job_id,
@@ -146,6 +149,7 @@ def job_out(r: JobRecord, run: Run | None = None, position: int | None = None) -
         runtime_s=None if run is None else run.runtime_s,
         exit_code=None if run is None else run.exit_code,
         queue_position=position if r.state is JobState.PENDING else None,
+        expected_start_s=expected_start_s if r.state is JobState.PENDING else None,
     )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from gpupool.domain.errors import ParseError
 from gpupool.scheduler.settings import problems
 from gpupool.server.auth import Authenticator
+from gpupool.server.eta import StartProjector
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.feasible import SubmitCheck
 from gpupool.server.gateway import AgentGateway
@@ -45,8 +46,10 @@ class Server:
     beats: BeatWorkers  # the agents' beats and reports, on threads of their own, and the watch of their progress
     queue: QueueOrder  # the pending jobs in the configured policy's order, as of the leader's last cycle
     hosts: HostCache  # nodes and their ranks as the agents are told them (the dashboard's fabric reads them too)
+    eta: StartProjector  # expected starts of pending jobs, projected off the loop's path
 
     def close(self) -> None:
+        self.eta.stop()
         self.push.refresher.stop()
         self.loop.stop()
         self.submits.close()
@@ -78,6 +81,7 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
     hosts = HostCache(store, ops, settings.host_cache_s, settings.auth_cache_s, clock)
     refresher = Refresher(hosts.refresh, bell, settings.host_cache_s)
     hosts.watch(refresher.kick, bell.ring)
+    eta = StartProjector(store, fabrics, settings, clock)
     loop = SchedulingLoop(
         store,
         ops,
@@ -89,6 +93,7 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
         seen=seen,
         hosts=hosts,
         intake=intake,
+        eta=eta.offer,
     )
     gateway = AgentGateway(store, ops, fabrics, settings, loop.nudge, clock, seen, hosts, loop.live)
     metrics.watch_telemetry(gateway.telemetry, lambda: fabrics.current()[0])
@@ -107,7 +112,7 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
     beats = BeatWorkers(settings.heartbeat_workers, intake)
     queue = QueueOrder(lambda: loop.last_run, settings.scheduler.policy)
     return Server(
-        settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits, fits, push, beats, queue, hosts
+        settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits, fits, push, beats, queue, hosts, eta
     )
 
 

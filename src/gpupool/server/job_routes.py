@@ -68,9 +68,14 @@ def list_jobs(
         offset=offset,
     )
     page = srv.store.job_page(query)
-    now, positions = srv.clock(), srv.queue.current().positions
+    now, positions, eta = srv.clock(), srv.queue.current().positions, srv.eta.expected_start_s
     jobs = [
-        job_out(j.record, Run(j.started_s, j.ended_s, j.exit_code, now), positions.get(j.record.job_id))
+        job_out(
+            j.record,
+            Run(j.started_s, j.ended_s, j.exit_code, now),
+            positions.get(j.record.job_id),
+            eta(j.record.job_id) if j.record.state is JobState.PENDING else None,
+        )
         for j in page.jobs
     ]
     return api.JobList(jobs=jobs, total=page.total, offset=offset)
@@ -132,7 +137,8 @@ def get_job(job_id: str, srv: Srv, who: Who) -> api.JobDetail:
         if run is None
         else Run(run.started_s, run.ended_s, run.exit_code, srv.clock())
     )
-    out = job_out(rec, facts, srv.queue.current().positions.get(job_id))
+    expected = srv.eta.expected_start_s(job_id) if rec.state is JobState.PENDING else None
+    out = job_out(rec, facts, srv.queue.current().positions.get(job_id), expected)
     ranks = _ranks(srv, job_id) if rec.attempt else []
     return api.JobDetail(**out.model_dump(), ranks=ranks)
 
@@ -164,13 +170,14 @@ def queue(
                 offset=offset,
             )
         )
-        jobs = [job_out(j.record, Run(None, None, None, now)) for j in page.jobs]
+        eta = srv.eta.expected_start_s
+        jobs = [job_out(j.record, Run(None, None, None, now), None, eta(j.record.job_id)) for j in page.jobs]
         return api.QueueOut(policy=snap.policy, as_of_s=None, jobs=jobs, total=page.total, offset=offset)
     shown = [j for j in snap.jobs if (tenant is None or j.tenant == tenant) and (pool is None or j.pool == pool)]
     ids = [j.job_id for j in shown[offset : offset + limit]]
     records = {r.job_id: r for r in srv.store.jobs_by_id(ids)}
     jobs = [
-        job_out(records[i], Run(None, None, None, now), snap.positions[i])
+        job_out(records[i], Run(None, None, None, now), snap.positions[i], srv.eta.expected_start_s(i))
         for i in ids
         if i in records and records[i].state is JobState.PENDING  # cancelled since the cycle: gone
     ]

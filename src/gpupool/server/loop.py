@@ -41,6 +41,7 @@ from gpupool.domain.states import JobState, NodeState
 from gpupool.scheduler import CycleInputs, ScheduleRequest, SharingPolicy
 from gpupool.scheduler.deadlines import Admission, admit
 from gpupool.scheduler.driver import CycleDriver, CycleRun
+from gpupool.scheduler.projection import ProjectionInput
 from gpupool.scheduler.settings import scheduler_config
 from gpupool.scheduler.types import Ending, Preemption, ReasonCode, Signal, Waiting
 from gpupool.server.fabric_cache import FabricCache
@@ -97,8 +98,10 @@ class SchedulingLoop(StoreSync):
         seen: LastSeen | None = None,
         hosts: HostCache | None = None,
         intake: IntakeWatch | None = None,
+        eta: Callable[[ProjectionInput], None] | None = None,
     ) -> None:
         self._store, self._ops, self._fabrics = store, ops, fabrics
+        self._eta = eta  # takes the state after each cycle, for expected starts (``server.eta``)
         self._settings, self._metrics, self._leader = settings, metrics, leader
         self._clock = clock
         self._seen = seen
@@ -269,6 +272,12 @@ class SchedulingLoop(StoreSync):
         self.last_run = run
         seconds = time.perf_counter() - started
         self._observe(state, seconds, placed, run.preempted, nodes)
+        if self._eta is not None:  # references only: the projection is made on another thread
+            snap, req = state.snapshot(), run.request
+            half_life = self._settings.scheduler.usage_half_life_s
+            self._eta(
+                ProjectionInput(snap, req.pending, now, req.config, req.sharing, req.inputs, state.releasing, half_life)
+            )
         self.cycles += 1
         return CycleReport(placed, run.preempted, len(run.result.waiting), rebuilt, seconds)
 

@@ -109,6 +109,11 @@ class Settings:
     auth_fail_per_s: float = 1.0  # and more each second; past that a 429 AUTH_RATE_LIMITED with Retry-After
     log_fetch_timeout_s: float = 5.0  # a log fetch from an agent (server/agentlogs.py): connect, read and all
     log_fetches: int = 16  # log fetches in flight at once (an agent at most a quarter of them); more: 503
+    # Expected starts (server/eta.py): a read finding the last projection older than eta_refresh_s wakes the
+    # next one; a projection looks eta_horizon_s ahead and runs at most eta_max_cycles cycles (its cost bound).
+    eta_refresh_s: float = 10.0
+    eta_horizon_s: float = 7 * 86400.0
+    eta_max_cycles: int = 1000
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)  # what decides (also ``gpupool sim``)
 
     @property
@@ -258,9 +263,18 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
         raise where(("port",), f"setting 'port': {settings.port} is not a TCP port (0 to 65535)")
     for setting, problem in _door_problems(settings):
         raise where((setting,), f"setting {setting!r}: {problem}")
+    for setting, problem in _eta_problems(settings):
+        raise where((setting,), f"setting {setting!r}: {problem}")
     for name, problem in problems(settings.scheduler):
         raise where(("scheduler", name), f"setting 'scheduler.{name}': {problem}")
     return settings
+
+
+def _eta_problems(s: Settings) -> list[tuple[str, str]]:
+    out = [(n, f"{getattr(s, n)!r} must be above 0") for n in ("eta_refresh_s", "eta_horizon_s") if getattr(s, n) <= 0]
+    if s.eta_max_cycles < 1:
+        out.append(("eta_max_cycles", f"{s.eta_max_cycles!r} must be at least 1"))
+    return out
 
 
 def _lease_problems(s: Settings) -> list[tuple[str, str]]:

@@ -27,11 +27,12 @@ from gpupool.domain.events import (
     RanksReleasing,
 )
 from gpupool.domain.states import JobState, NodeState
+from gpupool.fabric.fabric import Fabric
 from gpupool.scheduler.driver import CycleDriver
 from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.journal import NoJournal
 from gpupool.server.live import HeldFacts, LiveInbox
-from gpupool.store import JobRecord, NodeRecord, Store
+from gpupool.store import JobRecord, LoadedState, NodeRecord, Store
 from gpupool.store.server_ops import ServerOps
 
 log = logging.getLogger("gpupool.server.loop")
@@ -63,31 +64,7 @@ class StoreSync:
         telemetry = self.live.restart()
         loaded = self._store.load_state()
         state = self._journal.new_state(fabric)
-        for job in loaded.jobs:
-            state.apply(JobSubmitted(job.spec, job.created_s))
-        by_job = {j.job_id: j for j in loaded.jobs}
-        for alloc in loaded.allocations:
-            rec = by_job.get(alloc.job_id)
-            if rec is None:
-                continue
-            try:
-                state.apply(JobPlaced(alloc, rec.updated_s))
-                if rec.state is JobState.RUNNING:
-                    state.apply(JobStarted(alloc.job_id, rec.updated_s))
-            except GpupoolError as e:
-                log.warning("stored allocation of %s does not fit the fabric: %s", alloc.job_id, e)
-        for alloc in loaded.releasing:
-            try:
-                state.apply(RanksReleasing(alloc, self._clock()))
-            except GpupoolError as e:
-                log.warning("releasing ranks of %s do not fit the fabric: %s", alloc.job_id, e)
-        nodes = {n.name: n for n in loaded.nodes}
-        for host in fabric.hosts:
-            n = nodes.get(host.name)
-            if n is None or n.state is NodeState.LOST:
-                state.apply(NodeLost(host.name, 0.0))
-            elif n.state is NodeState.DRAINED:
-                state.apply(NodeDrained(host.name, 0.0))
+        fold_stored(state, loaded, fabric, self._clock())
         self._facts = HeldFacts()  # a job the store still places on a BAD GPU is requeued by this cycle
         self._facts.sync(state, loaded.nodes, self._clock())
         for ev in telemetry:
@@ -197,3 +174,34 @@ class StoreSync:
         for job_id, final in self._ops.job_states(unknown).items():
             if final in TERMINAL:
                 state.apply(JobEnded(job_id, final, now))
+
+
+def fold_stored(state: ClusterState, loaded: LoadedState, fabric: Fabric, now: float) -> None:
+    """Apply what the store holds to a new ``state``: the live jobs, their allocations, the releasing ranks and
+    the nodes' states (the rebuild's part that needs no loop; a standby's expected starts, ``server.eta``,
+    build their state with it too)."""
+    for job in loaded.jobs:
+        state.apply(JobSubmitted(job.spec, job.created_s))
+    by_job = {j.job_id: j for j in loaded.jobs}
+    for alloc in loaded.allocations:
+        rec = by_job.get(alloc.job_id)
+        if rec is None:
+            continue
+        try:
+            state.apply(JobPlaced(alloc, rec.updated_s))
+            if rec.state is JobState.RUNNING:
+                state.apply(JobStarted(alloc.job_id, rec.updated_s))
+        except GpupoolError as e:
+            log.warning("stored allocation of %s does not fit the fabric: %s", alloc.job_id, e)
+    for alloc in loaded.releasing:
+        try:
+            state.apply(RanksReleasing(alloc, now))
+        except GpupoolError as e:
+            log.warning("releasing ranks of %s do not fit the fabric: %s", alloc.job_id, e)
+    nodes = {n.name: n for n in loaded.nodes}
+    for host in fabric.hosts:
+        n = nodes.get(host.name)
+        if n is None or n.state is NodeState.LOST:
+            state.apply(NodeLost(host.name, 0.0))
+        elif n.state is NodeState.DRAINED:
+            state.apply(NodeDrained(host.name, 0.0))

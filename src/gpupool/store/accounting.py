@@ -82,3 +82,18 @@ class AccountingMixin(StoreBase):
             AccountingRecord(attempt_record(row), name, submit_s, user, float(ms or 0.0) / MILLI_PER_GPU)
             for row, ms, name, submit_s, user in rows
         ]
+
+    def finished_runs(self, limit: int = 5000) -> list[tuple[str, str, float]]:
+        """(tenant, job name, seconds from start to end) of the last ``limit`` runs that finished, oldest first:
+        the history expected starts take runtimes from (``scheduler.estimates``)."""
+        a = JobAttemptRow
+        q = (
+            select(a.tenant, JobRow.name, a.ended_s - a.started_s)
+            .join(JobRow, JobRow.id == a.job_id)
+            .where(a.state == "finished", a.started_s.is_not(None), a.ended_s.is_not(None))
+            .order_by(a.ended_s.desc(), a.job_id.desc())
+            .limit(limit)
+        )
+        with self._tx(write=False) as s:
+            rows = s.execute(q).all()
+        return [(t, n, float(r or 0.0)) for t, n, r in reversed(rows)]

@@ -68,7 +68,7 @@ def _ranks(srv: Any, assignments: list[Any], cache: LiveCache) -> list[RankView]
     return out
 
 
-def _job_view(rec: Any) -> JobView:
+def _job_view(rec: Any, expected_start_s: float | None = None) -> JobView:
     s = rec.spec
     return JobView(
         job_id=s.job_id,
@@ -84,6 +84,7 @@ def _job_view(rec: Any) -> JobView:
         estimated_runtime_s=s.estimated_runtime_s,
         reason_code=rec.reason_code,
         reason=rec.reason,
+        expected_start_s=expected_start_s,
     )
 
 
@@ -164,11 +165,9 @@ def build_router(telemetry: TelemetrySource | None = None) -> APIRouter:
         pending = srv.store.list_jobs(tenant=tenant, state=JobState.PENDING, pool=None, limit=100_000)
         now = float(srv.clock())
         order = srv.queue.current()  # the policy's order as of the leader's last cycle (GET /v1/queue's too)
-        jobs = queue_payload([_job_view(r) for r in pending], now, tenant, order.positions)
-        # Each job's expected start (the eta branch's projection), where this server makes one.
-        eta: Any = getattr(srv, "eta", None)
-        for j in jobs if eta is not None else ():
-            j["expected_start_s"] = eta.expected_start_s(j["id"])
+        eta = srv.eta.expected_start_s  # the server's projection of when each would start (server/eta.py)
+        views = [_job_view(r, eta(r.job_id)) for r in pending]
+        jobs = queue_payload(views, now, tenant, order.positions)
         return {"now_s": now, "policy": order.policy, "as_of_s": order.as_of_s, "jobs": jobs}
 
     @router.get("/jobs/{job_id}/placement")

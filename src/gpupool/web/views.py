@@ -34,6 +34,7 @@ class JobView:
     estimated_runtime_s: float | None
     reason_code: str
     reason: str
+    expected_start_s: float | None = None  # when the scheduler expects to start it (None: unknown)
 
 
 def host_payload(
@@ -136,6 +137,7 @@ def queue_payload(
                 "deadline_s": j.deadline_s,
                 "admission": admission,
                 "slack_s": slack,
+                "expected_start_s": _num(j.expected_start_s),
             }
         )
     return out
