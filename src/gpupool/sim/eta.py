@@ -91,7 +91,10 @@ class ProjectingEngine(Engine):
         done = [j for j in self._unfinished if self.track[j].end is not None]
         for job_id in sorted(done, key=lambda j: (self.track[j].end, j)):
             tr = self.track[job_id]
-            self._runs.append((tr.job.spec.tenant, tr.job.spec.name, tr.served_s))
+            # Work time: the world holds a finished job's GPUs an exit latency past its work, as the store's
+            # ended_s (the server's history) does not count.
+            runtime = max(0.0, tr.served_s - self.world.exit_latency_s)
+            self._runs.append((tr.job.spec.tenant, tr.job.spec.name, runtime))
             self._unfinished.discard(job_id)
         return RuntimeHistory.of(self._runs)
 
@@ -101,32 +104,40 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def errors(samples: Sequence[EtaSample], records: Sequence[JobRecord]) -> dict[str, Any]:
-    """Median and p90 of |expected - actual start| in seconds and relative to the actual wait from the
-    projection (or ``MIN_WAIT_S`` when shorter), over the samples whose job started and whose projection
-    said a time; how many said none (unknown), and how many of the jobs never started."""
+    """``error_stats`` of each sample against its job's actual start in ``records``, with the projections' cost."""
     start = {r.job_id: r.start_s for r in records}
+    out = error_stats([(s.at_s, s.expected_s, start.get(s.job_id)) for s in samples])
+    cycles = [float(s.cycles) for s in samples]
+    out.update(projection_cycles_median=_pct(cycles, 50), projection_cycles_max=int(max(cycles, default=0)))
+    return out
+
+
+def error_stats(
+    triples: Sequence[tuple[float, float | None, float | None]], min_wait_s: float = MIN_WAIT_S
+) -> dict[str, Any]:
+    """Over (projected at, expected start, actual start) triples: median and p90 of |expected - actual| in
+    seconds and relative to the actual wait from the projection (or ``min_wait_s`` when shorter), over those
+    whose job started and whose projection said a time; how many said none (unknown), and how many of the jobs
+    never started."""
     abs_err: list[float] = []
     rel_err: list[float] = []
     waits: list[float] = []
-    unknown = never = 0
-    late = 0
-    for s in samples:
-        actual = start.get(s.job_id)
+    unknown = never = late = 0
+    for at, expected, actual in triples:
         if actual is None:
             never += 1
             continue
-        if s.expected_s is None:
+        if expected is None:
             unknown += 1
             continue
-        err = abs(s.expected_s - actual)
-        wait = actual - s.at_s
+        err = abs(expected - actual)
+        wait = actual - at
         abs_err.append(err)
-        rel_err.append(err / max(wait, MIN_WAIT_S))
+        rel_err.append(err / max(wait, min_wait_s))
         waits.append(wait)
-        late += actual > s.expected_s
-    cycles = [s.cycles for s in samples]
+        late += actual > expected
     return {
-        "projected": len(samples),
+        "projected": len(triples),
         "compared": len(abs_err),
         "unknown": unknown,
         "never_started": never,
@@ -136,6 +147,4 @@ def errors(samples: Sequence[EtaSample], records: Sequence[JobRecord]) -> dict[s
         "abs_err_s_p90": _pct(abs_err, 90),
         "rel_err_median": _pct(rel_err, 50),
         "rel_err_p90": _pct(rel_err, 90),
-        "projection_cycles_median": _pct([float(c) for c in cycles], 50),
-        "projection_cycles_max": max(cycles, default=0),
     }
