@@ -88,3 +88,14 @@ def test_a_standby_replica_projects_from_the_store(db_url: str, tmp_path: Path, 
             assert p is not None and p.at_s == clock.t
             got = b.client.get(f"/v1/jobs/{waiting}", headers=alice).json()["expected_start_s"]
             assert got == pytest.approx(expected_after(placed_at))
+
+
+def test_reads_of_a_fresh_projection_make_no_new_one(api: Api) -> None:
+    """Within ``eta_refresh_s`` of a projection, any number of reads (the API's, the dashboard's queue) answer
+    from it and start nothing: a projection's cost is paid at most once per refresh period."""
+    alice, _, waiting = busy_host(api, {"estimated_runtime_s": RUNTIME})
+    api.srv.eta.refresh()
+    for _ in range(20):
+        assert api.client.get(f"/v1/jobs/{waiting}", headers=alice).json()["expected_start_s"] is not None
+        assert api.client.get("/ui/api/queue", headers=alice).status_code == 200
+    assert api.srv.eta.made == 1
