@@ -19,7 +19,7 @@ from gpupool.scheduler.projection import ProjectionConfig, ProjectionInput, proj
 
 NOW = 1_000.0
 EXIT, LAUNCH = 0.5, 0.25
-CFG = ProjectionConfig(launch_latency_s=LAUNCH, exit_latency_s=EXIT)
+CFG = ProjectionConfig(launch_latency_s=LAUNCH, exit_latency_s=EXIT, step_fraction=0.0)
 
 
 def one_host() -> ClusterState:

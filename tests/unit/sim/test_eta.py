@@ -31,7 +31,8 @@ def test_with_exact_estimates_and_no_later_arrivals_the_projection_is_the_run(po
     the microsecond, for every policy (the same ``schedule()`` on the same state with the same ends)."""
     fab, jobs = uniform_fabric(32, 8), burst(40)
     settings = SchedulerSettings(policy=policy)
-    engine = ProjectingEngine(fab, jobs, settings, WorldConfig(), EtaOptions(learn=False))
+    exact = EtaOptions(learn=False, projection=ProjectionConfig(step_fraction=0.0))
+    engine = ProjectingEngine(fab, jobs, settings, WorldConfig(), exact)
     result = engine.run()
     plain = Engine(fab, jobs, settings, WorldConfig()).run()
     assert [r.start_s for r in result.records] == [r.start_s for r in plain.records]  # projecting changed nothing
