@@ -182,3 +182,21 @@ def test_the_history_of_a_workload_gives_a_running_job_its_expected_end() -> Non
     hist = RuntimeHistory.of([("t", "train", s) for s in (30.0, 120.0, 130.0, 140.0)])
     p = project(inp(state), hist, CFG)
     assert p.starts["w"] == pytest.approx(NOW - 50.0 + 130.0 + EXIT + LAUNCH)
+
+
+def test_cycles_are_a_step_fraction_of_the_lead_apart() -> None:
+    """Ends 0.5 s apart, 1,000 s ahead: with 1% steps the first end gets its cycle, the next seven are folded
+    into one cycle 10 s later (each start at most 1% of its lead late); without, one cycle per end."""
+    state = one_host()
+    for g in range(8):
+        running(state, make_job(f"r{g}", gpus=1, estimated_runtime_s=1000.0 + 0.5 * g), (g,), started=NOW)
+    queue(state, *(make_job(f"q{i}", gpus=1, t=float(i)) for i in range(8)))
+    exact = project(inp(state), config=CFG)
+    coarse = project(inp(state), config=replace(CFG, step_fraction=0.01))
+    assert (exact.cycles, coarse.cycles) == (9, 3)
+    first = NOW + 1000.0 + EXIT
+    assert coarse.starts["q0"] == exact.starts["q0"] == pytest.approx(first + LAUNCH)
+    for job, start in coarse.starts.items():
+        lead = exact.starts[job] - NOW  # type: ignore[operator]
+        assert exact.starts[job] <= start <= exact.starts[job] + 0.01 * lead  # type: ignore[operator]
+    assert coarse.starts["q7"] == pytest.approx(first + 0.01 * (first - NOW) + LAUNCH)
