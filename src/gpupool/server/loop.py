@@ -272,14 +272,19 @@ class SchedulingLoop(StoreSync):
         self.last_run = run
         seconds = time.perf_counter() - started
         self._observe(state, seconds, placed, run.preempted, nodes)
-        if self._eta is not None:  # references only: the projection is made on another thread
-            snap, req = state.snapshot(), run.request
+        self._offer(state, run.request, now)
+        self.cycles += 1
+        return CycleReport(placed, run.preempted, len(run.result.waiting), rebuilt, seconds)
+
+    def _offer(self, state: ClusterState, req: ScheduleRequest, now: float) -> None:
+        """The state after the cycle, for expected starts (``server.eta``): references and the releasing ranks'
+        small map; the projection is made on another thread."""
+        if self._eta is not None:
             half_life = self._settings.scheduler.usage_half_life_s
+            snap = state.snapshot()  # the one the cycle's metrics took
             self._eta(
                 ProjectionInput(snap, req.pending, now, req.config, req.sharing, req.inputs, state.releasing, half_life)
             )
-        self.cycles += 1
-        return CycleReport(placed, run.preempted, len(run.result.waiting), rebuilt, seconds)
 
     @property
     def sharing(self) -> SharingPolicy | None:
