@@ -1,24 +1,13 @@
-"""``gpupool job ID`` says when a pending job is expected to start, in one human line."""
+"""``gpupool job ID`` says when a pending job is expected to start (``expected start``, a human time)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
 from cli_server import cli_server, run, tenant_token
 
-from gpupool.cli.eta import expected_start_line
-
-NOW = datetime(2026, 3, 4, 13, 53, 0).timestamp()  # local time, as the line shows it
-
-
-def test_the_line_says_how_long_and_at_what_local_time() -> None:
-    assert expected_start_line(NOW + 12 * 60 + 30, NOW) == "expected start: in 12 min (14:05)"
-    assert expected_start_line(NOW + 42, NOW) == "expected start: in 42 s (13:53)"
-    assert expected_start_line(NOW + 3 * 3600 + 5 * 60, NOW) == "expected start: in 3 h 5 min (16:58)"
-    assert expected_start_line(NOW + 2 * 86400 + 4 * 3600, NOW) == "expected start: in 2 d 4 h (2026-03-06 17:53)"
-    assert expected_start_line(NOW - 5, NOW) == "expected start: now (13:52)"
-    assert expected_start_line(None, NOW).startswith("expected start: unknown")
+from gpupool.cli.human import when
+from gpupool.cli.views import _expected
 
 
 def test_job_shows_the_expected_start_of_a_pending_job_only(tmp_path: Path) -> None:
@@ -30,7 +19,15 @@ def test_job_shows_the_expected_start_of_a_pending_job_only(tmp_path: Path) -> N
         job_id = out.split()[0]
         code, out, err = run(url, token, "job", job_id)
         assert code == 0, err
-        assert "expected start: unknown" in out
+        assert any(line.split()[:3] == ["expected", "start", "unknown"] for line in out.splitlines()), out
         assert run(url, token, "cancel", job_id)[0] == 0
         code, out, _ = run(url, token, "job", job_id)
         assert code == 0 and "cancelled" in out and "expected start" not in out
+
+
+def test_the_expected_start_is_a_time_and_how_far_off_it_is() -> None:
+    now = 1_796_600_000.0
+    assert _expected(now + 12 * 60 + 30, now) == f"{when(now + 750)} (in 12m)"
+    assert _expected(now + 2 * 86_400 + 5, now) == f"{when(now + 172_805)} (in 2d)"
+    assert _expected(now - 5, now) == f"{when(now - 5)} (now)"
+    assert _expected(None, now).startswith("unknown")

@@ -10,7 +10,6 @@ from typing import Annotated, Any
 import typer
 
 from gpupool.cli.client_cmds import Fmt, FmtOpt, _client, _emit, _job_or_array
-from gpupool.cli.eta import expected_start_line
 from gpupool.cli.human import NONE, ago, duration, read_when, when
 from gpupool.client import Client
 from gpupool.domain.errors import InputError
@@ -204,6 +203,8 @@ def _show(j: JobDetail, now: float) -> None:
     ]
     if j.queue_position is not None:
         lines.append(("queue position", j.queue_position))
+    if j.state == "pending":
+        lines.append(("expected start", _expected(j.expected_start_s, now)))
     if j.state == "pending" or j.reason:
         lines.append(("reason", f"{j.reason_code}: {j.reason}" if j.reason_code else j.reason or NONE))
     if j.started_s is not None:
@@ -220,8 +221,13 @@ def _show(j: JobDetail, now: float) -> None:
         lines.append(("run", j.attempt))
     for k, v in lines:
         typer.echo(f"{k:15} {v}")
-    if j.state == "pending":
-        typer.echo(expected_start_line(j.expected_start_s, now))
+
+
+def _expected(at_s: float | None, now: float) -> str:
+    """When the server expects a pending job to start (never a made-up time: unknown when it cannot say)."""
+    if at_s is None:
+        return "unknown (a job it waits for has no runtime estimate, or it is past the projection's horizon)"
+    return f"{when(at_s)} (now)" if at_s <= now else f"{when(at_s)} ({ago(at_s, now)})"
 
 
 NODE_COLS = ["node", "state", "gpus", "alloc", "free", "model", "health", "heartbeat", "reason"]

@@ -112,7 +112,22 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
     beats = BeatWorkers(settings.heartbeat_workers, intake)
     queue = QueueOrder(lambda: loop.last_run, settings.scheduler.policy)
     return Server(
-        settings, store, ops, fabrics, loop, gateway, auth, metrics, clock, submits, fits, push, beats, queue, hosts, eta
+        settings,
+        store,
+        ops,
+        fabrics,
+        loop,
+        gateway,
+        auth,
+        metrics,
+        clock,
+        submits,
+        fits,
+        push,
+        beats,
+        queue,
+        hosts,
+        eta,
     )
 
 

@@ -137,7 +137,7 @@ def queue_payload(
                 "deadline_s": j.deadline_s,
                 "admission": admission,
                 "slack_s": slack,
-                "expected_start_s": _num(j.expected_start_s),
+                "expected_start_s": num(j.expected_start_s),
             }
         )
     return out
