@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from gpupool.fabric import jsonio
 from gpupool.fabric.generators import superpod
-from procs import ADMIN, PG, ServerProc, until
+from procs import ADMIN, PG, ServerProc
 
 HERE = Path(__file__).resolve().parent
 
@@ -94,6 +94,18 @@ def scrape(base: str) -> tuple[float, float]:
         elif line.startswith("gpupool_gpus_free{"):
             free += float(line.rsplit(" ", 1)[1])
     return placed, free
+
+
+def wait_free(base: str, gpus: int, began: float, timeout_s: float = 600.0) -> None:
+    """Until the loop counts ``gpus`` free GPUs (every node up, its first beat in), its progress on stderr."""
+    deadline, seen = time.monotonic() + timeout_s, -1.0
+    while (free := scrape(base)[1]) < gpus:
+        if free != seen:
+            mark(f"{free:.0f} GPUs free", began)
+            seen = free
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{free:.0f} of {gpus} GPUs free after {timeout_s:.0f} s")
+        time.sleep(2.0)  # one /metrics scrape per 2 s while the fleet comes up, bounded by timeout_s
 
 
 def setup(srv: ServerProc, hosts: int) -> tuple[str, str, list[str]]:
@@ -202,7 +214,7 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
         mark("fabric stored", began)
         clients = start_clients(srv, tmp, join, hosts, args.clients)
         mark("nodes registered", began)
-        until(lambda: scrape(srv.base)[1] >= 8 * args.nodes, 120, "every node up with its GPUs free", every_s=1.0)
+        wait_free(srv.base, 8 * args.nodes, began)
         setup_s = time.monotonic() - began
         placed0, cpu0, load0 = scrape(srv.base)[0], cpu_s(srv.proc.pid), os.getloadavg()[0]
         prof0 = read_profile(tmp / "profile.json")

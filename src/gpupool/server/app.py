@@ -167,11 +167,6 @@ def create_app(
     app.state.log_fetcher = logs
     app.add_exception_handler(GpupoolError, _error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.include_router(router)
-    app.include_router(job_router)
-    app.include_router(accounting_router)
-    app.include_router(token_router)
-    app.include_router(admin_router)
     # JSON submits skip FastAPI's per-request machinery (see fastsubmit); the route above serves the rest.
     app.add_middleware(SubmitFastPath, server=srv, error_response=error_response)
     # The door (see door.py), outside the fast path: a body past its limit is refused before any of it is
@@ -186,8 +181,6 @@ def create_app(
     app.add_middleware(AuthFailures, burst=settings.auth_fail_burst, per_s=settings.auth_fail_per_s)
     # Outermost: every request, the fast path's included, gets its id before anything logs.
     app.add_middleware(RequestIds)
-    # The dashboard at / and /ui, behind the same tokens, with the gateway's latest samples per host.
-    mount_dashboard(app, telemetry=srv.gateway.telemetry)
 
     @app.get("/healthz", response_model=api.HealthOut, responses={503: {"model": api.HealthOut}})
     def healthz(s: Srv) -> Response:
@@ -259,5 +252,14 @@ def create_app(
         await s.beats.run(_report, s, host, body, bearer(authorization))
         return Response(status_code=204)
 
+    # The routers, the dashboard's too, after the agents' routes: a request is matched against the routes in
+    # order, and a fleet's beats, polls and reports (thousands a second) would each be tried against every
+    # API route first. The dashboard at / and /ui, behind the same tokens, with the gateway's latest samples.
+    mount_dashboard(app, telemetry=srv.gateway.telemetry)
+    app.include_router(router)
+    app.include_router(job_router)
+    app.include_router(accounting_router)
+    app.include_router(token_router)
+    app.include_router(admin_router)
     document(app)  # tags, the security scheme and /docs, once every route is in
     return app

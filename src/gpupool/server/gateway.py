@@ -300,7 +300,7 @@ class AgentGateway:
         of the ended ones now settled: stored, or belonging to no live allocation (nothing to store)."""
         cached = {a.assignment_id: a for a in self._hosts.assignments(host)}
         acked: list[str] = []
-        changed = False
+        changed: set[str] = set()  # jobs whose ranks (or state) the reports moved
         for w in workloads:
             ended = w.state in ("exited", "lost")
             a = cached.get(w.assignment_id)
@@ -318,11 +318,12 @@ class AgentGateway:
             except GpupoolError as e:  # not acknowledged: the agent repeats it
                 log.info("report for %s not stored: %s", w.assignment_id, e)
                 continue
-            changed |= out.changed
+            if out.changed:
+                changed.add(report.job_id)
             if ended:
                 acked.append(w.assignment_id)
         if changed:
-            self._hosts.invalidate()  # the job's ranks changed state (or ended): this beat's reply must see it
+            self._hosts.invalidate(changed)  # the job's ranks changed state (or ended): this beat's reply must see it
             self._wake()
         return acked
 
@@ -346,9 +347,9 @@ class AgentGateway:
             since = max(a.launched_s or 0.0, a.placed_s or 0.0, a.releasing_s or 0.0)
             absent = w is None and built_after - since > settle
             if ended or absent:
-                gone.append(a.assignment_id)
-        if gone and self._store.release_ranks(host, gone):
-            self._hosts.invalidate()
+                gone.append(a)
+        if gone and self._store.release_ranks(host, [a.assignment_id for a in gone]):
+            self._hosts.invalidate({a.job_id for a in gone})
             self._wake()
 
     def _watch(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:

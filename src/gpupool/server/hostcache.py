@@ -11,6 +11,12 @@ stored hash (one indexed read): unchanged means the same token is still the host
 on another replica, writes a new hash), so the token is hashed once per token, not once per beat or per TTL. The
 snapshot also holds every host's hash, so while it is current that renewal costs no read at all.
 
+A change this process made to some jobs' ranks (a placement, a rank's report, a release) names those jobs
+(``invalidate(jobs)``): the next read re-reads only their allocation rows (one query) and patches the snapshot,
+rather than reading every host's nodes and assignments again. At a thousand placements and reports a second,
+whole reloads after each (tens of milliseconds each at a thousand hosts) were most of the server's CPU.
+The snapshot's age is kept, so a whole reload still comes every ``ttl_s``.
+
 ``watch`` lets the commands push (``push``) follow it: each invalidation is reported, and each reload names
 the hosts whose assignments or stored commands (checkpoint signals) differ from the previous snapshot, so
 the agents waiting on them are woken.
@@ -18,6 +24,7 @@ the agents waiting on them are woken.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import threading
@@ -29,6 +36,8 @@ from gpupool.store.commands import AgentCommand
 from gpupool.store.records import NodeRecord
 from gpupool.store.server_ops import Assignment, ServerOps
 
+_PATCH_CHUNK = 500  # job ids per query of a patch (SQLite's bound parameters are limited)
+
 
 @dataclass(frozen=True, slots=True)
 class _Snapshot:
@@ -38,6 +47,7 @@ class _Snapshot:
     assignments: dict[str, tuple[Assignment, ...]]
     token_hashes: dict[str, str]  # host -> its current node token's stored hash
     commands: dict[str, tuple[AgentCommand, ...]]  # host -> its stored commands (signals) not yet carried out
+    job_hosts: dict[str, frozenset[str]]  # job -> the hosts its assignments are on (for a patch)
 
 
 class HostCache:
@@ -48,10 +58,12 @@ class HostCache:
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()  # one reload at a time: a burst of beats after a change reads once
         self._generation = 0
+        self._dirty: set[str] = set()  # jobs whose ranks changed here since the snapshot (see ``invalidate``)
         self._snap: _Snapshot | None = None
         # host -> (SHA-256 of its token, the stored hash it matched, trusted until)
         self._tokens: dict[str, tuple[bytes, str, float]] = {}
-        self.loads = 0  # reloads so far: lets tests see that a beat was served from memory
+        self.loads = 0  # whole reloads so far: lets tests see that a beat was served from memory
+        self.patches = 0  # reads of some jobs' assignments only (``invalidate(jobs)``)
         self._on_invalidate: Callable[[], None] = _nothing
         self._on_changed: Callable[[Iterable[str]], None] = _nothing_changed
 
@@ -61,10 +73,14 @@ class HostCache:
         self._on_invalidate, self._on_changed = on_invalidate, on_changed
 
     # -- invalidation ------------------------------------------------------------------------------------------
-    def invalidate(self) -> None:
-        """Something durable changed here: the next read reloads (a reload already running is not trusted)."""
+    def invalidate(self, jobs: Iterable[str] | None = None) -> None:
+        """Something durable changed here: the next read reloads (a reload already running is not trusted).
+        ``jobs``: only these jobs' ranks changed; the next read re-reads just their assignments."""
         with self._lock:
-            self._generation += 1
+            if jobs is None:
+                self._generation += 1
+            else:
+                self._dirty.update(jobs)
         self._on_invalidate()
 
     def refresh(self) -> None:
@@ -108,28 +124,66 @@ class HostCache:
     def _current(self) -> _Snapshot:
         now = self._clock()
         with self._lock:
-            snap, generation = self._snap, self._generation
-        if snap is not None and snap.generation == generation and now - snap.loaded_at < self._ttl_s:
+            snap, generation, dirty = self._snap, self._generation, bool(self._dirty)
+        if snap is not None and snap.generation == generation and now - snap.loaded_at < self._ttl_s and not dirty:
             return snap
         with self._load_lock:
             with self._lock:
                 snap, generation = self._snap, self._generation
-            if snap is not None and snap.generation == generation and now - snap.loaded_at < self._ttl_s:
+                # Taken before reading: a job changed during the read is marked again and patched next time.
+                jobs, self._dirty = self._dirty, set()
+            fresh_enough = snap is not None and snap.generation == generation and now - snap.loaded_at < self._ttl_s
+            if fresh_enough and not jobs:
+                assert snap is not None
                 return snap  # another thread reloaded while this one waited
-            # The generation is taken before reading: a change committed during the read bumps it, so the
-            # snapshot is reloaded again on the next beat rather than trusted.
-            nodes = {n.name: n for n in self._store.list_nodes()}
-            by_host: dict[str, list[Assignment]] = {}
-            for a in self._ops.assignments():
-                by_host.setdefault(a.host, []).append(a)
-            hashes = self._ops.node_token_hashes()
-            commands = self._store.agent_commands()
-            fresh = _Snapshot(generation, now, nodes, {h: tuple(v) for h, v in by_host.items()}, hashes, commands)
+            if fresh_enough:
+                assert snap is not None
+                fresh = self._patch(snap, jobs)
+            else:
+                fresh = self._load(generation, now)
             with self._lock:
                 old, self._snap = self._snap, fresh
-                self.loads += 1
+                if fresh_enough:
+                    self.patches += 1
+                else:
+                    self.loads += 1
             self._on_changed(_changed_hosts(old, fresh))
             return fresh
+
+    def _load(self, generation: int, now: float) -> _Snapshot:
+        # The generation is taken before reading: a change committed during the read bumps it, so the
+        # snapshot is reloaded again on the next beat rather than trusted.
+        nodes = {n.name: n for n in self._store.list_nodes()}
+        by_host: dict[str, list[Assignment]] = {}
+        for a in self._ops.assignments():
+            by_host.setdefault(a.host, []).append(a)
+        hashes = self._ops.node_token_hashes()
+        commands = self._store.agent_commands()
+        assignments = {h: tuple(v) for h, v in by_host.items()}
+        return _Snapshot(generation, now, nodes, assignments, hashes, commands, _job_hosts(assignments))
+
+    def _patch(self, snap: _Snapshot, jobs: set[str]) -> _Snapshot:
+        """``snap`` with the assignments of ``jobs`` read again (one query); the rest, and its age, kept."""
+        rows: dict[str, list[Assignment]] = {}
+        ordered = sorted(jobs)
+        for at in range(0, len(ordered), _PATCH_CHUNK):
+            for a in self._ops.assignments(job_ids=ordered[at : at + _PATCH_CHUNK]):
+                rows.setdefault(a.host, []).append(a)
+        touched = set(rows).union(*(snap.job_hosts.get(j, frozenset()) for j in jobs))
+        assignments = dict(snap.assignments)
+        job_hosts = dict(snap.job_hosts)
+        for j in jobs:
+            job_hosts.pop(j, None)
+        for host in touched:
+            kept = [a for a in assignments.get(host, ()) if a.job_id not in jobs]
+            merged = tuple(sorted([*kept, *rows.get(host, ())], key=lambda a: (a.job_id, a.rank)))
+            if merged:
+                assignments[host] = merged
+            else:
+                assignments.pop(host, None)
+            for a in rows.get(host, ()):
+                job_hosts[a.job_id] = job_hosts.get(a.job_id, frozenset()) | {host}
+        return dataclasses.replace(snap, assignments=assignments, job_hosts=job_hosts)
 
     # -- node tokens -------------------------------------------------------------------------------------------
     def token_check(self, host: str, token: str) -> tuple[bool, str | None]:
@@ -152,6 +206,14 @@ class HostCache:
         digest = hashlib.sha256(token.encode()).digest()
         with self._lock:
             self._tokens[host] = (digest, stored_hash, self._clock() + self._token_ttl_s)
+
+
+def _job_hosts(assignments: dict[str, tuple[Assignment, ...]]) -> dict[str, frozenset[str]]:
+    out: dict[str, set[str]] = {}
+    for host, ranks in assignments.items():
+        for a in ranks:
+            out.setdefault(a.job_id, set()).add(host)
+    return {j: frozenset(h) for j, h in out.items()}
 
 
 def _changed_hosts(old: _Snapshot | None, new: _Snapshot) -> set[str]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from gpupool.cluster import ClusterState
@@ -172,9 +172,10 @@ class SchedulingLoop(StoreSync):
         record after its beat, an invalidation after a job moved), so 1,000 first beats cost no reloads."""
         self._wake.set()
 
-    def _changed(self) -> None:
+    def _changed(self, jobs: Iterable[str] | None = None) -> None:
+        """Drop the host cache (only ``jobs``' assignments, when only their ranks changed)."""
         if self._hosts is not None:
-            self._hosts.invalidate()
+            self._hosts.invalidate(jobs)
 
     def start(self) -> None:
         self._leader.start()
@@ -337,7 +338,7 @@ class SchedulingLoop(StoreSync):
         for at in range(0, len(placing), _PLACE_BATCH):
             placed += self._store_batch(placing[at : at + _PLACE_BATCH])
         if placed:
-            self._changed()  # act: the agents' commands are derived from what was just committed
+            self._changed({a.job_id for a in placing})  # act: the agents' commands come from what was committed
         return placed
 
     def _store_batch(self, placing: list[Allocation]) -> int:

@@ -418,12 +418,15 @@ class ServerOps(AgentRegistry):
                         [code, text, pending, *chunk],
                     )
 
-    def assignments(self, host: str | None = None) -> list[Assignment]:
-        """The ranks on hosts (on ``host`` if given): every live allocation row of a placed or running job, which
-        agents should run, and every releasing one (``releasing``), which they should stop."""
+    def assignments(self, host: str | None = None, job_ids: Sequence[str] | None = None) -> list[Assignment]:
+        """The ranks on hosts (on ``host`` if given; of ``job_ids`` if given): every live allocation row of a
+        placed or running job, which agents should run, and every releasing one (``releasing``), which they
+        should stop."""
         q = select(AllocationRow, JobRow.state).join(JobRow, JobRow.id == AllocationRow.job_id)
         if host is not None:
             q = q.where(AllocationRow.host == host)
+        if job_ids is not None:
+            q = q.where(AllocationRow.job_id.in_(job_ids))
         out = []
         with self.store._tx(write=False) as s:
             for a, state in s.execute(q.order_by(AllocationRow.job_id, AllocationRow.task_index)):

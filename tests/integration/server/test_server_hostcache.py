@@ -70,6 +70,29 @@ def test_local_placement_cancel_and_loss_reach_the_very_next_beat(api: Api) -> N
     assert api.srv.store.get_node("gpu-01").state.value == "up"
 
 
+def test_placements_and_reports_patch_the_snapshot_as_a_whole_reload_would(api: Api) -> None:
+    """Invariant: after a placement, a rank's start and a job's end made here, the host cache re-reads only the
+    jobs they touched (no whole reload), and holds exactly what a whole reload of the store reads."""
+    alice = api.tenant("alice")
+    node = api.register("gpu-01")
+    api.beat("gpu-01", node)
+    hosts = api.srv.gateway._hosts
+    loads, patches = hosts.loads, hosts.patches
+    ids = {api.client.post("/v1/jobs", json=JOB, headers=alice).json()["job"]["id"] for _ in range(2)}
+    assert api.srv.loop.run_cycle().placed == 2
+    launches = api.beat("gpu-01", node)
+    assert {c["job_id"] for c in launches} == ids and all(c["kind"] == "launch" for c in launches)
+    assert api.beat("gpu-01", node, [running(c) for c in launches]) == []
+    assert all(a.started for a in hosts.assignments("gpu-01"))
+    done = {**running(launches[0]), "state": "exited", "exit_code": 0}
+    api.beat("gpu-01", node, [done, running(launches[1])])
+    patched = hosts.assignments("gpu-01")
+    assert [a.job_id for a in patched] == [launches[1]["job_id"]]
+    assert hosts.loads == loads and hosts.patches >= patches + 3
+    hosts.invalidate()  # a whole reload from the store
+    assert hosts.assignments("gpu-01") == patched and hosts.loads == loads + 1
+
+
 def test_a_replica_taking_beats_sees_the_leaders_placement_within_host_cache_s(
     db_url: str, tmp_path: Path, clock: Clock
 ) -> None:
