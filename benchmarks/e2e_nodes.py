@@ -314,7 +314,7 @@ async def run_submit(args: argparse.Namespace) -> None:
         out = json.loads(data)
         arrays.append({"array": out["array_id"], "sent": sent, "answered": time.time(), "jobs": n, "ranks": tasks})
 
-    pending = []
+    pending: list[asyncio.Future[None]] = []
     for t in range(int(args.seconds / args.tick_s)):
         for k, shape in enumerate(SHAPES):
             owed[k] += args.rate * shape[2] * args.tick_s

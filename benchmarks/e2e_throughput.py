@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,7 @@ def database(backend: str, tmp: Path) -> Iterator[str]:
         schemas.close()
 
 
-def _pg_schema() -> Iterator[str]:
+def _pg_schema() -> Generator[str, None, None]:
     from procs import pg_schema
 
     yield from pg_schema()
@@ -84,22 +84,29 @@ def mark(what: str, began: float) -> None:
     print(f"{time.monotonic() - began:6.1f} s  {what}", file=sys.stderr, flush=True)
 
 
-def scrape(base: str) -> tuple[float, float]:
-    """(placements so far, GPUs free) from one /metrics scrape (it costs the server ~0.3 s CPU at 1,000 hosts)."""
+def scrape(base: str) -> dict[str, float]:
+    """Placements so far, GPUs free, scheduling cycles and their seconds, from one /metrics scrape (it costs the
+    server ~0.3 s of CPU at 1,000 hosts)."""
     text = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60).text
-    placed = free = 0.0
+    names = {
+        "gpupool_placements_total": "placed",
+        "gpupool_schedule_cycle_seconds_count": "cycles",
+        "gpupool_schedule_cycle_seconds_sum": "cycle_s",
+    }
+    out = dict.fromkeys(["placed", "free", "cycles", "cycle_s"], 0.0)
     for line in text.splitlines():
-        if line.startswith("gpupool_placements_total "):
-            placed = float(line.rsplit(" ", 1)[1])
+        name, _, value = line.partition(" ")
+        if name in names:
+            out[names[name]] = float(value)
         elif line.startswith("gpupool_gpus_free{"):
-            free += float(line.rsplit(" ", 1)[1])
-    return placed, free
+            out["free"] += float(line.rsplit(" ", 1)[1])
+    return out
 
 
 def wait_free(base: str, gpus: int, began: float, timeout_s: float = 600.0) -> None:
     """Until the loop counts ``gpus`` free GPUs (every node up, its first beat in), its progress on stderr."""
     deadline, seen = time.monotonic() + timeout_s, -1.0
-    while (free := scrape(base)[1]) < gpus:
+    while (free := scrape(base)["free"]) < gpus:
         if free != seen:
             mark(f"{free:.0f} GPUs free", began)
             seen = free
@@ -216,7 +223,7 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
         mark("nodes registered", began)
         wait_free(srv.base, 8 * args.nodes, began)
         setup_s = time.monotonic() - began
-        placed0, cpu0, load0 = scrape(srv.base)[0], cpu_s(srv.proc.pid), os.getloadavg()[0]
+        m0, cpu0, load0 = scrape(srv.base), cpu_s(srv.proc.pid), os.getloadavg()[0]
         prof0 = read_profile(tmp / "profile.json")
         argv = [sys.executable, str(HERE / "e2e_nodes.py"), "submit", "--port", str(srv.port), "--token", token]
         argv += ["--rate", str(args.rate), "--seconds", str(args.seconds), "--out", str(tmp / "arrays.jsonl")]
@@ -224,7 +231,7 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
         t0 = time.time()
         submitter = subprocess.run(argv, capture_output=True, text=True, check=True)
         t1 = time.time()
-        placed1, cpu1, load1 = scrape(srv.base)[0], cpu_s(srv.proc.pid), os.getloadavg()[0]
+        m1, cpu1, load1 = scrape(srv.base), cpu_s(srv.proc.pid), os.getloadavg()[0]
         sub = json.loads(submitter.stdout.splitlines()[-1])
         expected = sum(a["jobs"] * a["ranks"] for a in read_jsonl(tmp / "arrays.jsonl"))
         drain_start = time.monotonic()
@@ -232,7 +239,7 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
             time.sleep(0.5)  # polling the clients' progress files, bounded by --drain-s
         drained_s = time.monotonic() - drain_start
         print(f"setup {setup_s:.0f} s, stream {t1 - t0:.0f} s, drain {drained_s:.0f} s", file=sys.stderr)
-        placed2, cpu2 = scrape(srv.base)[0], cpu_s(srv.proc.pid)
+        m2, cpu2 = scrape(srv.base), cpu_s(srv.proc.pid)
         time.sleep(2.5 if args.profile else 0)  # the profile is written every 2 s
         prof1 = read_profile(tmp / "profile.json")
         summaries = stop_clients(clients)
@@ -242,7 +249,7 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
                 p.kill()
         srv.stop()
     if args.profile:
-        print_profile(prof0, prof1, placed2 - placed0)
+        print_profile(prof0, prof1, m2["placed"] - m0["placed"])
     window = (t0, t1)
     return {
         "benchmark": "e2e_throughput",
@@ -254,9 +261,12 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
         "seconds": args.seconds,
         "submit_arrays": sub["arrays"],
         "submit_errors": sub["errors"],
-        "placements_per_s": round((placed1 - placed0) / (t1 - t0), 1),
+        "placements_per_s": round((m1["placed"] - m0["placed"]) / (t1 - t0), 1),
         **analyse(tmp, args.clients, window),
-        "placed_total": int(placed2 - placed0),
+        "placed_total": int(m2["placed"] - m0["placed"]),
+        # the scheduling loop's cycles from the stream's start to the drain's end, and their mean wall time
+        "cycles": int(m2["cycles"] - m0["cycles"]),
+        "cycle_mean_s": round((m2["cycle_s"] - m0["cycle_s"]) / max(1.0, m2["cycles"] - m0["cycles"]), 3),
         "drained_after_s": round(drained_s, 1),
         "client_errors": sum(s["errors"] for s in summaries),
         "polls": sum(s["polls"] for s in summaries),
@@ -264,7 +274,7 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
         "reports": sum(s["reports"] for s in summaries),
         "server_cpu_s": round(cpu1 - cpu0, 1),
         "server_cpu_total_s": round(cpu2 - cpu0, 1),
-        "server_cpu_per_placement_ms": round(1000 * (cpu2 - cpu0) / max(1.0, placed2 - placed0), 2),
+        "server_cpu_per_placement_ms": round(1000 * (cpu2 - cpu0) / max(1.0, m2["placed"] - m0["placed"]), 2),
         "clients_cpu_s": round(sum(s["cpu_s"] for s in summaries) + sub["cpu_s"], 1),
         "setup_s": round(setup_s, 1),
         "load_avg_1m": round(max(load0, load1), 2),
@@ -294,15 +304,16 @@ def read_profile(path: Path) -> dict[str, list[float]]:
 def print_profile(before: dict[str, list[float]], after: dict[str, list[float]], placed: float) -> None:
     """The server's CPU from the stream's start to the end of the drain, by function (all threads; CPU clocks):
     calls, calls per placement, own and cumulative CPU seconds."""
-    rows = []
+    rows: list[tuple[str, float, float, float]] = []
     for fn, (calls, own, cum) in after.items():
         b = before.get(fn, [0, 0.0, 0.0])
         rows.append((fn, calls - b[0], own - b[1], cum - b[2]))
     total = sum(r[2] for r in rows)
     print(f"profiled server CPU {total:.1f} s over {placed:.0f} placements", file=sys.stderr)
-    for title, key, n in (("cumulative", 3, 70), ("own", 2, 40)):
+    for title, n in (("cumulative", 70), ("own", 40)):
         print(f"-- by {title} CPU: calls, per placement, own s, cumulative s, function", file=sys.stderr)
-        for fn, calls, own, cum in sorted(rows, key=lambda r: -r[key])[:n]:
+        ranked = sorted(rows, key=lambda r: -(r[3] if title == "cumulative" else r[2]))
+        for fn, calls, own, cum in ranked[:n]:
             per = calls / max(placed, 1)
             print(f"{calls:9.0f} {per:7.2f} {own:8.2f} {cum:8.2f}  {fn}", file=sys.stderr)
 
