@@ -127,21 +127,31 @@ class Fleet:
         gpus = [{"index": i, "health": "ok", "utilization_pct": 90.0, "temperature_c": 60.0} for i in range(8)]
         self.gpus = json.dumps(gpus)
 
-    async def register(self, join: str, parallel: int = 8) -> None:
+    async def register(self, join: str, parallel: int = 8) -> list[asyncio.Future[None]]:
+        """Register every node; each starts its commands poll and its beats as soon as it is registered (the
+        server counts a node's silence from its registration). The nodes' tasks."""
         gate = asyncio.Semaphore(parallel)
+        tasks: list[asyncio.Future[None]] = []
         gpus = [{"index": i, "model": "H100", "memory_mib": 81559} for i in range(8)]
 
         async def one(node: Node) -> None:
-            async with gate:
-                body = json.dumps({"host": node.host, "gpus": gpus, "agent_version": "e2e-bench"}).encode()
-                status, data = await self.pool.call("/v1/agents/register", join, body)
-                if status != 200:
-                    raise RuntimeError(f"register {node.host}: {status} {data[:200]!r}")
-                reply = json.loads(data)
-                node.token = reply["node_token"]
-                self.interval_s = float(reply["heartbeat_interval_s"])
+            body = json.dumps({"host": node.host, "gpus": gpus, "agent_version": "e2e-bench"}).encode()
+            for attempt in range(10):  # as the agent does: a refused registration (a 503) is tried again
+                async with gate:
+                    status, data = await self.pool.call("/v1/agents/register", join, body)
+                if status == 200:
+                    break
+                print(f"register {node.host}: {status} {data[:200]!r}", file=sys.stderr)
+                await asyncio.sleep(2.0 * (attempt + 1))
+            else:
+                raise RuntimeError(f"register {node.host}: {status} {data[:200]!r}")
+            reply = json.loads(data)
+            node.token = reply["node_token"]
+            self.interval_s = float(reply["heartbeat_interval_s"])
+            tasks.extend((asyncio.ensure_future(self.poll(node)), asyncio.ensure_future(self.beats(node))))
 
         await asyncio.gather(*(one(n) for n in self.nodes))
+        return tasks
 
     # -- commands ------------------------------------------------------------------------------------------
     async def poll(self, node: Node) -> None:
@@ -255,10 +265,8 @@ class Fleet:
 async def run_nodes(args: argparse.Namespace) -> None:
     hosts = [line for line in Path(args.hosts).read_text().split() if line]
     fleet = Fleet(args.port, hosts, 5.0, args.pool, np.random.default_rng(len(hosts)))
-    await fleet.register(args.join)
+    tasks = await fleet.register(args.join)
     print("ready", flush=True)
-    tasks = [asyncio.ensure_future(fleet.poll(n)) for n in fleet.nodes]
-    tasks += [asyncio.ensure_future(fleet.beats(n)) for n in fleet.nodes]
     progress = Path(args.out + ".progress")
     loop = asyncio.get_running_loop()
     closed = loop.run_in_executor(None, sys.stdin.read)  # the orchestrator closes our stdin: stop

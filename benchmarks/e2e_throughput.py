@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -87,7 +88,8 @@ def mark(what: str, began: float) -> None:
 def scrape(base: str) -> dict[str, float]:
     """Placements so far, GPUs free, scheduling cycles and their seconds, from one /metrics scrape (it costs the
     server ~0.3 s of CPU at 1,000 hosts)."""
-    text = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60).text
+    # A server drowning in a backlog may take minutes to answer: waited for, not given up on.
+    text = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=600).text
     names = {
         "gpupool_placements_total": "placed",
         "gpupool_schedule_cycle_seconds_count": "cycles",
@@ -197,6 +199,7 @@ def main() -> None:
     ap.add_argument("--min-duration-s", type=float, default=0.5)
     ap.add_argument("--max-duration-s", type=float, default=1.5)
     ap.add_argument("--drain-s", type=float, default=60.0, help="how long to wait for the last launches after")
+    ap.add_argument("--keep-log", default="", help="copy the server's log here at the end")
     ap.add_argument("--profile", action="store_true", help="run the server under cProfile, print its top functions")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpupool-e2e-") as name:
@@ -248,6 +251,8 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
             if p.poll() is None:
                 p.kill()
         srv.stop()
+        if args.keep_log:
+            shutil.copy(tmp / "server.log", args.keep_log)
     if args.profile:
         print_profile(prof0, prof1, m2["placed"] - m0["placed"])
     window = (t0, t1)
