@@ -228,19 +228,11 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
         setup_s = time.monotonic() - began
         m0, cpu0, load0 = scrape(srv.base), cpu_s(srv.proc.pid), os.getloadavg()[0]
         prof0 = read_profile(tmp / "profile.json")
-        argv = [sys.executable, str(HERE / "e2e_nodes.py"), "submit", "--port", str(srv.port), "--token", token]
-        argv += ["--rate", str(args.rate), "--seconds", str(args.seconds), "--out", str(tmp / "arrays.jsonl")]
-        argv += ["--min-duration-s", str(args.min_duration_s), "--max-duration-s", str(args.max_duration_s)]
         t0 = time.time()
-        submitter = subprocess.run(argv, capture_output=True, text=True, check=True)
+        sub = submit(args, srv.port, token, tmp)
         t1 = time.time()
         m1, cpu1, load1 = scrape(srv.base), cpu_s(srv.proc.pid), os.getloadavg()[0]
-        sub = json.loads(submitter.stdout.splitlines()[-1])
-        expected = sum(a["jobs"] * a["ranks"] for a in read_jsonl(tmp / "arrays.jsonl"))
-        drain_start = time.monotonic()
-        while acked_so_far(tmp, args.clients) < expected and time.monotonic() - drain_start < args.drain_s:
-            time.sleep(0.5)  # polling the clients' progress files, bounded by --drain-s
-        drained_s = time.monotonic() - drain_start
+        drained_s = drain(args, tmp)
         print(f"setup {setup_s:.0f} s, stream {t1 - t0:.0f} s, drain {drained_s:.0f} s", file=sys.stderr)
         m2, cpu2 = scrape(srv.base), cpu_s(srv.proc.pid)
         time.sleep(2.5 if args.profile else 0)  # the profile is written every 2 s
@@ -255,7 +247,6 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
             shutil.copy(tmp / "server.log", args.keep_log)
     if args.profile:
         print_profile(prof0, prof1, m2["placed"] - m0["placed"])
-    window = (t0, t1)
     return {
         "benchmark": "e2e_throughput",
         "backend": args.backend,
@@ -266,23 +257,46 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
         "seconds": args.seconds,
         "submit_arrays": sub["arrays"],
         "submit_errors": sub["errors"],
-        "placements_per_s": round((m1["placed"] - m0["placed"]) / (t1 - t0), 1),
-        **analyse(tmp, args.clients, window),
-        "placed_total": int(m2["placed"] - m0["placed"]),
-        # the scheduling loop's cycles from the stream's start to the drain's end, and their mean wall time
-        "cycles": int(m2["cycles"] - m0["cycles"]),
-        "cycle_mean_s": round((m2["cycle_s"] - m0["cycle_s"]) / max(1.0, m2["cycles"] - m0["cycles"]), 3),
+        **analyse(tmp, args.clients, (t0, t1)),
+        **server_counts(m0, m1, m2, t1 - t0),
         "drained_after_s": round(drained_s, 1),
         "client_errors": sum(s["errors"] for s in summaries),
-        "polls": sum(s["polls"] for s in summaries),
-        "beats": sum(s["beats"] for s in summaries),
-        "reports": sum(s["reports"] for s in summaries),
+        **{k: sum(s[k] for s in summaries) for k in ("polls", "beats", "reports")},
         "server_cpu_s": round(cpu1 - cpu0, 1),
         "server_cpu_total_s": round(cpu2 - cpu0, 1),
         "server_cpu_per_placement_ms": round(1000 * (cpu2 - cpu0) / max(1.0, m2["placed"] - m0["placed"]), 2),
         "clients_cpu_s": round(sum(s["cpu_s"] for s in summaries) + sub["cpu_s"], 1),
         "setup_s": round(setup_s, 1),
         "load_avg_1m": round(max(load0, load1), 2),
+    }
+
+
+def submit(args: argparse.Namespace, port: int, token: str, tmp: Path) -> dict[str, Any]:
+    """The submitter process, run to its end: its summary (arrays sent, errors, CPU)."""
+    argv = [sys.executable, str(HERE / "e2e_nodes.py"), "submit", "--port", str(port), "--token", token]
+    argv += ["--rate", str(args.rate), "--seconds", str(args.seconds), "--out", str(tmp / "arrays.jsonl")]
+    argv += ["--min-duration-s", str(args.min_duration_s), "--max-duration-s", str(args.max_duration_s)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+def drain(args: argparse.Namespace, tmp: Path) -> float:
+    """Until every submitted rank's launch is acknowledged, or ``--drain-s``: the seconds it took."""
+    expected = sum(a["jobs"] * a["ranks"] for a in read_jsonl(tmp / "arrays.jsonl"))
+    start = time.monotonic()
+    while acked_so_far(tmp, args.clients) < expected and time.monotonic() - start < args.drain_s:
+        time.sleep(0.5)  # polling the clients' progress files, bounded by --drain-s
+    return time.monotonic() - start
+
+
+def server_counts(m0: dict[str, float], m1: dict[str, float], m2: dict[str, float], stream_s: float) -> dict[str, Any]:
+    """From the /metrics scrapes at the stream's start (m0), its end (m1) and the drain's end (m2)."""
+    cycles = m2["cycles"] - m0["cycles"]
+    return {
+        "placements_per_s": round((m1["placed"] - m0["placed"]) / stream_s, 1),
+        "placed_total": int(m2["placed"] - m0["placed"]),
+        "cycles": int(cycles),  # the scheduling loop's, from the stream's start to the drain's end
+        "cycle_mean_s": round((m2["cycle_s"] - m0["cycle_s"]) / max(1.0, cycles), 3),
     }
 
 
