@@ -47,12 +47,15 @@ _MULTI_HOST = re.compile(r"^(?P<head>[A-Za-z0-9+_.-]+://(?:[^/@]*@)?)(?P<hosts>[
 # A PostgreSQL member that neither accepts nor refuses (a paused or cut-off host) is given up after this long,
 # so the next host of a multi-host URL is tried: libpq's own default is to wait forever.
 CONNECT_TIMEOUT_S = 5
-# A transaction left open by a client that stopped (SIGSTOP, a partition) is ended by PostgreSQL after this
-# long idle, and with it its row locks: a leader paused inside a fenced write holds the leadership row FOR
-# SHARE, and the standby's takeover waited for it as long as the pause lasted (25 s in the chaos run). Our
-# transactions never wait on anything but the database between statements, so 5 s of idleness means the
-# client is gone; below the lease's 6 s, so a takeover is never held past the lease's expiry.
-IDLE_IN_TRANSACTION_S = 5
+# A transaction left open by a client that is gone (a partition, a host that hung) is ended by PostgreSQL after
+# this long idle, and with it its row locks. Not shorter: a live client stalls between two statements of its
+# transaction whenever its process is starved of CPU, or another of its threads collects garbage with the GIL
+# held: at load 21-26 on 2 cores such collections took 4-7 s of wall time for 0.1 s of CPU, and at the 5 s
+# this once was, registrations and API writes failed with 503 "idle-in-transaction timeout". The transactions
+# that hold up a takeover (those that lock the leadership row: the lease's own and the scheduling loop's fenced
+# writes) set a short limit of their own (``fencing.LEASE_IDLE_S``), so a paused leader still frees that row
+# within 5 s.
+IDLE_IN_TRANSACTION_S = 30
 
 
 def parse_url(url: str) -> URL:
@@ -249,7 +252,7 @@ _POSTGRES = {
     "57P01": ("unreachable", True),
     "57P02": ("unreachable", True),
     "57P03": ("unreachable", True),
-    "25P03": ("unreachable", True),  # our idle transaction was ended (IDLE_IN_TRANSACTION_S): a paused client
+    "25P03": ("unreachable", True),  # our idle transaction was ended (IDLE_IN_TRANSACTION_S, LEASE_IDLE_S): we stopped
     "57P05": ("unreachable", True),  # an idle session ended by the server's idle_session_timeout
     "08": ("unreachable", True),
 }

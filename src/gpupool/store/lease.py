@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 from gpupool.domain.errors import InputError
 from gpupool.store.base import StoreBase
-from gpupool.store.fencing import Fence, db_now
+from gpupool.store.fencing import Fence, db_now, lease_idle_limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,7 @@ class LeaseMixin(StoreBase):
             raise InputError("a lease needs a cluster name, a holder and a positive ttl", source="leadership")
         now = db_now(self._postgres)
         with self._core_tx(write=True) as conn:
+            lease_idle_limit(conn, self._postgres)
             conn.execute(
                 text(
                     "INSERT INTO leadership (cluster, holder, token, expires_s, acquired_s)"
@@ -60,6 +61,7 @@ class LeaseMixin(StoreBase):
         """Extend ``fence``'s lease by ``ttl_s`` from now; False when it is no longer the current, live lease."""
         now = db_now(self._postgres)
         with self._core_tx(write=True) as conn:
+            lease_idle_limit(conn, self._postgres)
             done = conn.execute(
                 text(
                     f"UPDATE leadership SET expires_s = {now} + :ttl WHERE cluster = :c AND holder = :h"
@@ -72,6 +74,7 @@ class LeaseMixin(StoreBase):
     def drop_lease(self, fence: Fence) -> None:
         """Give the lease up at once (a clean shutdown): a standby takes over on its next try, not at expiry."""
         with self._core_tx(write=True) as conn:
+            lease_idle_limit(conn, self._postgres)
             conn.execute(
                 text("UPDATE leadership SET expires_s = 0 WHERE cluster = :c AND holder = :h AND token = :t"),
                 {"c": fence.cluster, "h": fence.holder, "t": fence.token},

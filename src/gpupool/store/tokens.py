@@ -318,6 +318,7 @@ class TokensMixin(StoreBase):
             return None
         with self._tx(write=False) as s:
             row = s.get(JoinTokenRow, parts[0])
-            if row is None or not join_usable(row, self._clock()) or not verify_secret(parts[1], row.secret_hash):
-                return None
-            return join_info(row)
+        # Checked after the read's transaction: a legacy (PBKDF2) hash costs real CPU, which no transaction waits on.
+        if row is None or not join_usable(row, self._clock()) or not verify_secret(parts[1], row.secret_hash):
+            return None
+        return join_info(row)

@@ -4,10 +4,16 @@ identity at registration (a join token takes no live node's name; the node's own
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+import sqlalchemy as sa
 from server_api_helpers import ADMIN, Api, Clock, make_api
+
+from gpupool.store.fencing import LEASE_IDLE_S
 
 BODY: dict[str, Any] = {"agent_url": "", "gpus": [{"index": 0, "model": "H100", "memory_mib": 81559}]}
 
@@ -103,6 +109,30 @@ def test_a_join_token_registers_as_many_new_nodes_as_allowed_and_stops_when_revo
     refused = register(api, "n3", other)
     assert refused.status_code == 401 and refused.json()["code"] == "UNAUTHENTICATED"
     assert api.srv.store.list_audit(action="join_token.revoked")[0].actor == "admin:bootstrap"
+
+
+@pytest.mark.slow
+def test_a_registration_stalled_inside_its_transaction_still_registers(pg_schema_url: str, tmp_path: Path) -> None:
+    """A server stalled between two statements of a transaction (starved of CPU, or another thread collecting
+    garbage with the GIL held: 4-7 s of wall time for 0.1 s of CPU at load 21-26 on this machine) is alive, and
+    its transaction must not be ended under it. Here the registration's node write stalls after taking its row
+    for longer than the 5 s (LEASE_IDLE_S) that every PostgreSQL session once had as its idle-in-transaction
+    limit, which answered 503 STORE_UNAVAILABLE "idle-in-transaction timeout"; now only the transactions that
+    lock the leadership row keep that limit. The node registers, and beats."""
+    stalls: list[str] = []
+
+    def stall(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if not stalls and "FROM nodes" in statement and "FOR UPDATE" in statement:
+            stalls.append(statement)
+            threading.Event().wait(LEASE_IDLE_S + 1.0)  # the stall itself: nothing to poll for
+
+    with contextmanager(make_api)(pg_schema_url, tmp_path, Clock()) as api:
+        sa.event.listen(api.srv.store._engine, "after_cursor_execute", stall)
+        node = api.register("gpu-01")
+        assert len(stalls) == 1
+        assert api.beat("gpu-01", node) == []
+        (registered,) = api.srv.store.list_audit(action="node.registered")
+        assert registered.subject == "node/gpu-01"
 
 
 def test_join_tokens_expire(api: Api, clock: Clock) -> None:
