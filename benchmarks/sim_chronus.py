@@ -7,7 +7,7 @@ The trace (Philly-derived, 30,940 jobs over 5.6 h, strict and best-effort) is cu
 the first ``--hours`` and run on a leaf/spine cluster of ``--gpus`` H100s (8 per host). Every arm gives
 the scheduler the trace durations as estimates (Chronus profiles each job before admitting it; deadline
 admission without an estimate would assume the one-hour default and refuse almost every job).
-Arms: fifo, priority, edf (no sharing rules); edf+admission and slack+admission (deadline admission: a
+Arms: default (gpupool's default settings), fifo, priority, edf (no sharing rules); edf+admission and slack+admission (deadline admission: a
 strict job that cannot finish by its deadline even if started now is refused, and with ``slack`` a job's
 priority rises as its slack shrinks). Jobs refused or still waiting count as missed.
 """
@@ -28,6 +28,7 @@ from gpupool.sim.traces import load_trace
 
 MIX1 = Path("/work/shared/traces/philly-chronus-deadline/trace_job_Philly_MIX1.csv")
 ARMS = {
+    "default": SchedulerSettings(),  # what ``gpupool sim run`` and the server run without a settings file
     "fifo": SchedulerSettings(policy="fifo"),
     "priority": SchedulerSettings(policy="priority"),
     "edf": SchedulerSettings(policy="edf"),
@@ -48,11 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     fabric = uniform_fabric(args.gpus, 8)
     for arm in args.arms:
         cpu = time.process_time()
-        m = simulate(trace, fabric, ARMS[arm], know_durations=True).metrics
+        out = simulate(trace, fabric, ARMS[arm], know_durations=True)
+        m = out.metrics
+        refused = sum(1 for r in out.result.records if r.start_s is None)
         cpu = time.process_time() - cpu
         print(json.dumps({
             "arm": arm, "gpus": fabric.gpu_count, "hours": args.hours, "jobs": m["jobs"], "finished": m["finished"],
             "strict_met_ratio": m["deadline_met_ratio_by_class"].get("strict"), "deadline_jobs": m["deadline_jobs"],
+            "never_started": refused, "preemptions": m["preemptions"],
             "avg_jct_s": m["avg_jct_s"], "lb_avg_jct_s": m["lb_avg_jct_s"], "gpu_utilization": m["gpu_utilization"],
             "wall_s": m["wall_s"], "cpu_s": round(cpu, 2), "load_avg_1m": round(os.getloadavg()[0], 2),
         }), flush=True)  # fmt: skip

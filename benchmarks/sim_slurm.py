@@ -2,6 +2,8 @@
 
     python benchmarks/sim_slurm.py                                   # one trace: one JSON line per arm
     python benchmarks/sim_slurm.py --seeds 1-5 --gaps 60,75,90,120   # sweep: one line per run, then summaries
+    python benchmarks/sim_slurm.py --write DIR                       # the seed's trace and fabric, for gpupool sim run:
+    gpupool sim run --trace DIR/slurm-1.csv --format itp --fabric DIR/16x8-4leaves.json --know-durations --out OUT
 
 Slurm 22.05 (backfill, topology/tree, near-exact time limits) on its 200-job trace: avg JCT 2,745 s
 against a lower bound of 2,027 s (1.35x), and only 22 of its 35 multi-host jobs under one leaf although
@@ -19,6 +21,9 @@ job is killed at its limit and the runtime is what the world runs. Arms:
   topology/tree without ``--switches``), with every multi-host job made to require one leaf (Slurm's
   ``--switches=1`` without a give-up time), and the same with conservative backfill (a reservation for each
   blocked job, which is what Slurm's backfill does up to ``bf_max_job_test``).
+- ``default``: gpupool's default settings (``SchedulerSettings()``, what ``gpupool sim run`` and the server
+  run without a settings file), no topology asked: the runs that ``gpupool sim run`` makes of ``--write``'s files
+  (there with the exact runtimes, ``--know-durations``, as the trace formats carry no time limit).
 - ``gpupool`` arms: ``sjf`` (smallest estimated GPU-seconds first: limit x GPUs) with EASY or conservative
   backfill, or with none (greedy: any job that fits starts, no reservations), multi-host jobs leaf-required;
   ``hrrn+easy+leaf``: highest response ratio next ((wait + limit) / limit) with EASY backfill.
@@ -37,11 +42,13 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gpupool.domain.jobs import TopologyMode
+from gpupool.fabric import jsonio
 from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.generators import leaf_spine
 from gpupool.scheduler import BackfillMode
@@ -66,6 +73,7 @@ class Arm:
     side: str  # "slurm-like" or "gpupool"
     placer: str = "topology"
     by_service: bool = False  # Tiresias: preemption by attained service (LAS queues), estimates unused
+    defaults: bool = False  # gpupool's default settings (``SchedulerSettings()``), as ``gpupool sim run`` has them
 
 
 ARMS = (
@@ -78,9 +86,10 @@ ARMS = (
     Arm("sjf+easy+leaf/frag", "sjf", BackfillMode.EASY, REQ, "gpupool", placer="frag"),
     Arm("hrrn+easy+leaf", "hrrn", BackfillMode.EASY, REQ, "gpupool"),
     Arm("las+preempt+leaf", "las", BackfillMode.NONE, REQ, "gpupool", by_service=True),
+    Arm("default", "", BackfillMode.NONE, None, "gpupool", defaults=True),
 )
 ARM_BY_NAME = {a.name: a for a in ARMS}
-DEFAULT_ARMS = ("fifo+easy", "fifo+easy+leaf", "fifo+conservative+leaf", "sjf+easy+leaf", "sjf+greedy+leaf")
+DEFAULT_ARMS = ("fifo+easy", "fifo+easy+leaf", "fifo+conservative+leaf", "sjf+easy+leaf", "sjf+greedy+leaf", "default")
 
 
 def make_trace(seed: int, jobs: int, multi: int, target_lb_s: float, gpus: int, gap_s: float) -> Trace:
@@ -103,6 +112,14 @@ def make_trace(seed: int, jobs: int, multi: int, target_lb_s: float, gpus: int, 
     dur = np.round(base * lo, 1)
     out = tuple(TraceJob(f"s{i:03d}", float(submit[i]), float(max(dur[i], 1.0)), int(sizes[i])) for i in range(jobs))
     return Trace("slurm-like", "synthetic", out)
+
+
+def write_trace(trace: Trace, fabric: Fabric, folder: Path, seed: int) -> None:
+    """The trace in ITP's CSV (``job_id,submission_time,duration,num_gpu``) and the fabric as JSON."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [f"{j.job_id},{j.submit_s!r},{j.duration_s!r},{j.gpus}" for j in trace.jobs]
+    (folder / f"slurm-{seed}.csv").write_text("job_id,submission_time,duration,num_gpu\n" + "\n".join(rows) + "\n")
+    jsonio.save(fabric, folder / f"{fabric.name}.json")
 
 
 def time_limits(trace: Trace, seed: int, noise: float, round_s: float) -> dict[str, float]:
@@ -129,8 +146,9 @@ def run_arm(trace: Trace, fabric: Fabric, arm: Arm, limits: dict[str, float]) ->
         for j in jobs
     ]
     world = WorldConfig()
-    settings = SchedulerSettings(policy=arm.policy, placer=arm.placer, backfill=arm.backfill, preemption=arm.by_service,
-                                 preemption_by_service=arm.by_service)  # fmt: skip
+    settings = SchedulerSettings() if arm.defaults else SchedulerSettings(
+        policy=arm.policy, placer=arm.placer, backfill=arm.backfill, preemption=arm.by_service,
+        preemption_by_service=arm.by_service, topology_wait_s=0.0)  # fmt: skip
     result = Engine(fabric, jobs, settings, world).run()
     m = compute_metrics(result, inference_slo_wait_s=world.inference_slo_wait_s)
     waits = [r.start_s - r.submit_s for r in result.records if r.start_s is not None]
@@ -230,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gaps", type=str, default=None, help="sweep gaps: '60,90,120' (overrides --gap)")
     ap.add_argument("--noise", type=float, default=0.1, help="time limit = runtime x (1 + U[0, noise]) ...")
     ap.add_argument("--round-s", type=float, default=60.0, help="... rounded up to a multiple of this")
+    ap.add_argument("--write", type=Path, default=None, help="write each seed's trace (ITP CSV) and the fabric here")
     ap.add_argument(
         "--arms", type=str, default=",".join(DEFAULT_ARMS), help=f"comma-separated, of {', '.join(ARM_BY_NAME)}"
     )
@@ -243,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             trace = make_trace(seed, 200, 35, args.target_bound, fabric.gpu_count, gap)
             limits = time_limits(trace, seed, args.noise, args.round_s)
+            if args.write is not None:
+                write_trace(trace, fabric, args.write, seed)
             for arm in arms:
                 m = run_arm(trace, fabric, arm, limits)
                 row = {"arm": arm.name, "side": arm.side, "seed": seed, "gap_s": gap, "noise": args.noise}

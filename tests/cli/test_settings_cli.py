@@ -24,7 +24,7 @@ from gpupool.server.settings import Settings, env_name, leaves, load_settings, p
 SECTION = leaves(SchedulerSettings)
 # A setting whose other value needs another one to be valid.
 COMPANIONS: dict[tuple[str, ...], dict[str, Any]] = {("max_lost_s",): {"preemption_by_service": True}}
-OTHER_NAMES = {("policy",): "fifo", ("placer",): "best-fit"}
+OTHER_NAMES = {("policy",): "fifo", ("placer",): "best-fit", ("backfill",): BackfillMode.NONE}
 
 
 def _get(obj: Any, path: tuple[str, ...]) -> Any:

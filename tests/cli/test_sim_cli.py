@@ -96,6 +96,18 @@ def test_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
     assert r.returncode == 2 and "--fabric" in r.stderr
 
 
+def test_topology_flags_reach_the_run_and_a_bad_mode_exits_2(tmp_path: Path) -> None:
+    trace = itp(tmp_path)
+    base = ("sim", "run", "--trace", trace, "--format", "itp", "--gpus", "16")
+    r = gpupool(*base, "--topology", "sometimes", "--out", "o", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "error: --topology: unknown topology mode 'sometimes'; known: required, preferred, any" in r.stderr
+    r = gpupool(*base, "--topology", "any", "--topology-wait-s", "600", "--out", "a", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    report = (tmp_path / "a" / "report.md").read_text()
+    assert "- topology: any" in report and "- scheduler.topology_wait_s: 600.0" in report
+
+
 def test_compare_runs_every_pair(tmp_path: Path) -> None:
     trace = itp(tmp_path)
     r = gpupool("sim", "compare", "--trace", trace, "--format", "itp", "--gpus", "16", "--policies", "fifo,las",

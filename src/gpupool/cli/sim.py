@@ -19,6 +19,7 @@ from gpupool.cli.paths import output_folder
 from gpupool.client.textfile import read_text
 from gpupool.domain.calendar import Calendar, parse_calendar
 from gpupool.domain.errors import InputError
+from gpupool.domain.jobs import TopologyMode
 from gpupool.fabric.generators import MAX_GPUS_PER_HOST
 from gpupool.scheduler import PLACERS, POLICIES, BackfillMode
 from gpupool.scheduler.settings import SchedulerSettings, problems, sharing_policy
@@ -129,6 +130,37 @@ ExitLatencyOpt = Annotated[
     ),
 ]
 
+TopologyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--topology",
+        help="Every job's topology mode: required (wait for the smallest domain that holds it), preferred (wait "
+        "only while one is expected to have room within --topology-wait-s) or any (never wait); default: "
+        "the trace's own, preferred.",
+        show_default=False,
+    ),
+]
+TopologyWaitOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--topology-wait-s",
+        min=0.0,
+        max=1e9,
+        help="How soon a domain must be expected to have room for a preferred gang to wait for it (default: the "
+        "settings' topology_wait_s).",
+        show_default=False,
+    ),
+]
+
+
+def _topology(mode: str | None) -> TopologyMode | None:
+    if mode is None:
+        return None
+    modes = {m.value: m for m in TopologyMode}
+    if mode not in modes:
+        raise InputError(f"unknown topology mode {mode!r}; known: {', '.join(modes)}", source="--topology")
+    return modes[mode]
+
 
 def _world(launch_latency: float | None, exit_latency: float | None) -> WorldConfig:
     world = WorldConfig()
@@ -153,6 +185,7 @@ _FLAGS = {
     "backfill": "--backfill",
     "deadline_admission": "--deadline-admission",
     "seed": "--seed",
+    "topology_wait_s": "--topology-wait-s",
 }
 
 
@@ -213,6 +246,7 @@ def _simulate(
     know: bool,
     failures: tuple[FailureEvent, ...] = (),
     world: WorldConfig | None = None,
+    topology: TopologyMode | None = None,
 ) -> RunOutcome:
     def run(progress: Callable[[int, int], None] | None = None) -> RunOutcome:
         return simulate(
@@ -226,6 +260,7 @@ def _simulate(
             calendar=calendar,
             failures=failures,
             progress=progress,
+            topology=topology,
         )
 
     n = len(trace_obj.jobs)
@@ -286,20 +321,25 @@ def run_cmd(
     las_thresholds: ThresholdsOpt = None,
     launch_latency: LaunchLatencyOpt = None,
     exit_latency: ExitLatencyOpt = None,
+    topology: TopologyOpt = None,
+    topology_wait_s: TopologyWaitOpt = None,
 ) -> None:
     """Replay a trace: arrivals, runs, departures; writes metrics.json, jobs.csv, report.md and plots."""
     flags = {"policy": policy, "placer": placement, "preemption": preemption, "seed": seed, "backfill": backfill,
              "deadline_admission": deadline_admission, "preemption_by_service": preemption_by_service,
-             "max_lost_s": max_lost_s, "las_thresholds_gpu_s": las_thresholds}  # fmt: skip
+             "max_lost_s": max_lost_s, "las_thresholds_gpu_s": las_thresholds,
+             "topology_wait_s": topology_wait_s}  # fmt: skip
     settings = _settings(config, flags)
+    mode = _topology(topology)
     world = _world(launch_latency, exit_latency)
     cal = _calendar(calendar)
     preemptible = _preemptible(preemption, preemption_by_service)
     t = load_trace(trace, format, skip_bad_rows=skip_bad_rows, limit=limit)
     fab = cluster_fabric(t, fabric, gpus, gpus_per_host)
-    outcome = _simulate(t, fab, settings, preemptible, cal, know_durations, _failures(failures, fab), world)
+    outcome = _simulate(t, fab, settings, preemptible, cal, know_durations, _failures(failures, fab), world, mode)
     described = {"trace": str(trace), "format": format, "fabric": fab.name, "gpus": fab.gpu_count,
                  "config": str(config or ""), "calendar": str(calendar or ""), "know_durations": know_durations,
+                 "topology": topology or "the trace's",
                  "preemptible_jobs": preemptible, **_described(settings)}  # fmt: skip
     write_outcome(outcome, out, described)
     if t.bad_rows:

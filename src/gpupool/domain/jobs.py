@@ -44,8 +44,12 @@ class Scaling(StrEnum):
 
 
 class TopologyMode(StrEnum):
+    """How hard a gang over several hosts holds to its scope (the one it names, or with ``any`` the smallest
+    domain that can hold it: ``scheduler.topowait``)."""
+
     REQUIRED = "required"  # wait rather than cross the scope
-    PREFERRED = "preferred"  # try inside the scope first, cross it when it does not fit
+    PREFERRED = "preferred"  # wait a bounded time (``topology_wait_s``) for room in the scope, then cross it
+    ANY = "any"  # never wait for the scope: the smallest domain with room now
 
 
 @dataclass(frozen=True, slots=True)

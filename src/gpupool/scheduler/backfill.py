@@ -1,7 +1,10 @@
 """Backfill reservations: when could a blocked job start, and on which hosts?
 
-Running jobs are expected to end at their start (or placement) plus their estimate, or plus the default
-runtime without one; a job past its estimate is expected to end now. Ends are released in time order on
+Running jobs are expected to end at their start (or placement) plus their estimate; a job past its estimate is
+expected to end now. A running job without an estimate is not counted on to end: a reservation is a promise
+made from estimates, and one made from the default runtime's guess held the queue's head back for nothing on
+traces without estimates (ITP cluster05, FIFO with EASY: 3.54x the bound against 2.46x without; with no
+estimate anywhere, no reservation is made and the queue is served as without backfill). Ends are released in time order on
 the cycle's capacity arrays until the placer finds room for the blocked job; the hosts it would take from
 that moment are its reservation. Everything is undone afterwards. A later job may use a reserved host only
 if it is expected to end by the reservation's start (EASY keeps one reservation, conservative several).
@@ -40,6 +43,8 @@ def reserve(
     mark = cap.mark()
     found: tuple[float, tuple[int, ...]] | None = None
     for end, r in ends:
+        if r.spec.estimated_runtime_s is None:
+            continue
         for t in r.allocation.tasks:
             h = ix.host_index(t.host)
             cap.give(h, list(t.gpus), t.milli_gpu, t.gpu_memory_mib, t.cpu_millicores, t.memory_mib)

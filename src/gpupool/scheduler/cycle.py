@@ -95,6 +95,7 @@ def _run(cy: Cycle, queue: list[JobSpec]) -> None:
     remember = seen.enabled
     at, jobs, shapes = cy.undiagnosed_at.append, cy.undiagnosed_jobs.append, cy.undiagnosed_shapes.append
     for pos, job in enumerate(queue):
+        job = cy.placed_as(job)
         if len(cy.allocs) >= cfg.max_placements_per_cycle:
             msg = f"not considered: this cycle placed its limit of {cfg.max_placements_per_cycle} jobs first"
             waiting.extend([Waiting(j.job_id, ReasonCode.CYCLE_LIMIT, msg) for j in queue[pos:]])

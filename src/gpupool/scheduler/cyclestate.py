@@ -23,6 +23,7 @@ from gpupool.scheduler.quotas import QuotaBook
 from gpupool.scheduler.refusals import Refusals
 from gpupool.scheduler.shapes import Shape, host_mask
 from gpupool.scheduler.telemetry import penalties
+from gpupool.scheduler.topowait import TopologyWait
 from gpupool.scheduler.types import (
     BackfillMode,
     Ending,
@@ -104,6 +105,8 @@ class Cycle:
         self.placer: Placer = get_placer(cfg.placer)
         self.cap = Capacity(snap, penalties(snap, cfg.telemetry))
         ix = snap.index
+        # Gangs' topology for this cycle, decided on the capacity the cycle starts with (``scheduler.topowait``).
+        self.topo = TopologyWait(snap, self.cap.free_whole, self.now, cfg.topology_wait_s)
         self.pools: PoolMap | None = (
             pool_map(ix, sh.calendar, self.now, request.inputs.pool_demand, pool_busy(ix, snap.running))
             if sh.calendar is not None
@@ -185,6 +188,13 @@ class Cycle:
 
     def victims_changed(self) -> None:
         self._ends = None
+
+    def placed_as(self, job: JobSpec) -> JobSpec:
+        """The job as this cycle places it: with its topology for this cycle (``scheduler.topowait``)."""
+        if job.tasks == 1:
+            return job
+        mkey, mask = self.mask(job)
+        return self.topo.effective(job, mkey, mask)
 
     def mask(self, job: JobSpec) -> tuple[MaskKey, BoolArray | None]:
         """The job's host mask (allowed GPU models, selected labels; None: every host) and its key."""

@@ -50,7 +50,7 @@ def run_groups(cy: Cycle, view: QueueView) -> Waits:
         key, gi = heappop(heap)
         g = groups[gi]
         i = cursor[gi]
-        job = g.jobs[i]
+        job = cy.placed_as(g.jobs[i])
         cursor[gi] = i + 1
         sh = cy.shape_ids.get(g.shape)
         if sh is None:
@@ -93,7 +93,7 @@ def _diagnoses(
     for gi, g in enumerate(groups):
         before_stop = len(g.keys) if stop is None else (0 if stop[0] is None else bisect_right(g.keys, stop[0]))
         if before_stop > placed[gi]:
-            job = g.jobs[0]
+            job = cy.placed_as(g.jobs[0])
             out.append(diagnose(cy.cap, make_need(job, cy.cap, cy.mask(job)[1])))
         else:
             out.append(None)

@@ -145,6 +145,11 @@ def _smallest_work(job: JobSpec) -> SortKey:
     return (math.inf if est is None else est * job.gpu_milli, *_tie(job))
 
 
+def _class_then_runtime(job: JobSpec) -> SortKey:
+    est = job.estimated_runtime_s
+    return (-int(job.priority), math.inf if est is None else est, job.submit_time_s, job.job_id)
+
+
 def _latest_start(job: JobSpec) -> SortKey:
     # deadline - now - runtime orders as deadline - runtime: ``now`` is the same for every job of a cycle.
     if job.deadline_s is None:
@@ -187,6 +192,21 @@ class ShortestJobFirst(_Static):
     @property
     def static_key(self) -> KeyFn:
         return _smallest_work
+
+
+@dataclass(frozen=True, slots=True)
+class ShortestRuntimeFirst(_Static):
+    """Priority classes, highest first; inside a class the shortest estimated runtime (time limit) first, jobs
+    without an estimate after those with one, first come first served. The default: with no estimates it is
+    ``priority``; with a time limit per job (Slurm's information) it is what lowers the mean JCT most of the
+    static orders on the Slurm-comparison traces (docs/benchmarks.md), and EASY backfill's reservation for
+    the first job that does not fit keeps a long gang from waiting behind every later short job."""
+
+    name: str = "srt"
+
+    @property
+    def static_key(self) -> KeyFn:
+        return _class_then_runtime
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +387,7 @@ POLICIES: Mapping[str, QueuePolicy] = MappingProxyType(
             Fifo(),
             Priority(),
             ShortestJobFirst(),
+            ShortestRuntimeFirst(),
             HighestResponseRatioNext(),
             LeastAttainedService(),
             GittinsIndex(),

@@ -43,12 +43,16 @@ PREEMPTIVE_MAX_LOST_S = 60.0
 @dataclass(frozen=True, slots=True)
 class SchedulerSettings:
     # Who goes next and where it goes (one registry each).
-    policy: str = "priority"  # fifo, priority, sjf, hrrn, las, gittins, edf, slack, fair
+    policy: str = "srt"  # fifo, priority, srt, sjf, hrrn, las, gittins, edf, slack, fair
     placer: str = "topology"  # first-fit, best-fit, spread, topology, frag
     max_placements_per_cycle: int = 1000  # the rest of the queue waits for the next cycle (CYCLE_LIMIT)
     strict: bool = False  # nothing overtakes a job that does not fit (the rest wait BLOCKED)
     seed: int = 0  # the only randomness a policy or placer may use (``gpupool sim run --seed`` sets it too)
     max_domains_tried: int = 8  # per topology level, before a gang search moves up a level
+    # A gang over several hosts goes under one leaf (else one SU) when one can hold it; without room there now,
+    # a ``preferred`` one (the default mode) waits when a domain is expected to have room within this many
+    # seconds, and crosses domains otherwise (``scheduler.topowait``; 0: never waits).
+    topology_wait_s: float = 3600.0
     # A job with a time limit gets its checkpoint signal (SIGUSR1) this long before the limit, unless its own
     # ``signal_lead_s`` (sbatch --signal=USR1@N) says otherwise; at the limit it is stopped (state timeout).
     time_limit_lead_s: float = 60.0
@@ -66,7 +70,7 @@ class SchedulerSettings:
     max_preemptors_per_cycle: int = 16
     max_victims_per_job: int = 64
     # Backfill: none, easy (one reservation) or conservative (up to ``max_reservations``).
-    backfill: BackfillMode = BackfillMode.NONE
+    backfill: BackfillMode = BackfillMode.EASY
     max_reservations: int = 16
     default_runtime_s: float = 3600.0  # what backfill, deadlines and slack assume for a job without an estimate
     # Deadlines: refuse a job that cannot finish in time even if started now (and start an elastic one smaller).
@@ -102,6 +106,7 @@ def problems(s: SchedulerSettings) -> list[tuple[str, str]]:
         "max_reservations",
         "usage_half_life_s",
         "time_limit_lead_s",
+        "topology_wait_s",
     ):
         if getattr(s, name) < 0:
             out.append((name, f"{getattr(s, name)} is negative"))
@@ -129,6 +134,7 @@ def scheduler_config(s: SchedulerSettings) -> SchedulerConfig:
         gittins=s.gittins,
         max_domains_tried=s.max_domains_tried,
         time_limit_lead_s=s.time_limit_lead_s,
+        topology_wait_s=s.topology_wait_s,
     )
 
 

@@ -75,7 +75,7 @@ class SchedulerConfig:
     ``max_placements_per_cycle`` placements (the rest wait with ``CYCLE_LIMIT``); with ``strict`` it also
     stops at the first job that does not fit, so nothing overtakes it (the rest wait with ``BLOCKED``)."""
 
-    policy: str = "priority"
+    policy: str = "srt"
     placer: str = "topology"
     max_placements_per_cycle: int = 1000
     strict: bool = False
@@ -85,6 +85,9 @@ class SchedulerConfig:
     gittins: GittinsConfig = field(default_factory=GittinsConfig)  # the ``gittins`` policy's prior and window
     max_domains_tried: int = 8  # per level, before moving up a level (bounds work on fragmented fabrics)
     time_limit_lead_s: float = 60.0  # a job with a time limit gets its checkpoint signal this long before it
+    # A ``preferred`` gang waits for its smallest domain when one is expected to have room this soon
+    # (``scheduler.topowait``); 0: it never waits (crosses domains when its own has no room now).
+    topology_wait_s: float = 3600.0
 
 
 class BackfillMode(StrEnum):

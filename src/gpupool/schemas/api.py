@@ -122,7 +122,7 @@ class ShareIn(_In):
 
 class TopologyIn(_In):
     scope: Literal["nvlink", "leaf", "su", "any"] = "any"
-    mode: Literal["required", "preferred"] = "preferred"
+    mode: Literal["required", "preferred", "any"] = "preferred"
 
 
 class ElasticGpusIn(_In):

@@ -54,11 +54,13 @@ def sim_jobs(
     know_durations: bool = False,
     preemptible: bool = False,
     leaf_mode: TopologyMode | None = None,
+    topology: TopologyMode | None = None,
 ) -> tuple[list[SimJob], int]:
     """The trace's jobs as SimJobs for this fabric, and how many were left out for having no GPUs.
 
     ``leaf_mode``: every multi-host job that fits under one leaf asks for one leaf, required or preferred
-    (what a Slurm user says with ``--switches=1``); None leaves the topology to the placer."""
+    (what a Slurm user says with ``--switches=1``); None leaves the topology to the placer. ``topology``:
+    every job's topology mode (``gpupool sim run --topology``), its scope kept; None keeps the jobs' own."""
     per_host = max((h.gpu_count for h in fabric.hosts), default=1)
     leaf_gpus = _largest_leaf_gpus(fabric)
     out: list[SimJob] = []
@@ -72,6 +74,8 @@ def sim_jobs(
             spec = replace(spec, preemptible=True)
         if leaf_mode is not None and spec.tasks > 1 and spec.total_gpus <= leaf_gpus:
             spec = replace(spec, topology=TopologyRequirement(Scope.LEAF, leaf_mode))
+        if topology is not None and spec.topology.mode is not topology:
+            spec = replace(spec, topology=replace(spec.topology, mode=topology))
         out.append(SimJob.of(spec, tj))
     return out, skipped
 
@@ -98,12 +102,15 @@ def simulate(
     progress: Progress | None = None,
     leaf_mode: TopologyMode | None = None,
     failures: Sequence[FailureEvent] = (),
+    topology: TopologyMode | None = None,
 ) -> RunOutcome:
     """One run of ``settings`` (the ``scheduler`` section; the defaults when None). ``preemptible``: every
     job but inference services is submitted ``preemptible`` (a trace does not say; the server's users do).
     ``seed``: the world's draws."""
     world = world or WorldConfig()
-    jobs, skipped = sim_jobs(trace, fabric, know_durations=know_durations, preemptible=preemptible, leaf_mode=leaf_mode)
+    jobs, skipped = sim_jobs(
+        trace, fabric, know_durations=know_durations, preemptible=preemptible, leaf_mode=leaf_mode, topology=topology
+    )
     result = Engine(
         fabric,
         jobs,

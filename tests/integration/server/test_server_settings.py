@@ -40,7 +40,7 @@ def test_the_queue_policy_and_placer_come_from_the_settings(tmp_path: Path) -> N
     s = load_settings(env={"GPUPOOL_SCHEDULER__POLICY": "gittins", "GPUPOOL_SCHEDULER__PLACER": "frag"})
     config = scheduler_config(s.scheduler)
     assert (config.policy, config.placer) == ("gittins", "frag")
-    assert scheduler_config(load_settings(env={}).scheduler).policy == "priority"
+    assert scheduler_config(load_settings(env={}).scheduler).policy == "srt"
     f = tmp_path / "s.yaml"
     f.write_text("scheduler:\n  policy: hrrn\n", encoding="utf-8")
     assert scheduler_config(load_settings(f, env={}).scheduler).policy == "hrrn"

@@ -40,7 +40,7 @@ def _scratch(state: ClusterState, policy: str) -> list[JobSpec]:
 
 
 def test_the_policies_that_keep_their_order_are_the_ones_whose_key_ignores_time_and_state() -> None:
-    assert STATIC == ["edf", "fifo", "priority", "sjf"]
+    assert STATIC == ["edf", "fifo", "priority", "sjf", "srt"]
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -157,7 +157,9 @@ def test_a_blocked_queue_costs_one_try_per_shape(monkeypatch: pytest.MonkeyPatch
     tries = []
     real = grouped.place
     monkeypatch.setattr(grouped, "place", lambda *a: tries.append(a[1].job.job_id) or real(*a))
-    got = schedule(ScheduleRequest(state.snapshot(), tuple(queue), 0.0, queue=index.view()))
+    got = schedule(
+        ScheduleRequest(state.snapshot(), tuple(queue), 0.0, SchedulerConfig(policy="priority"), queue=index.view())
+    )
     assert tries == ["q0", "q1"]  # each shape's first job, then the shape waits whole
     assert len(got.waiting) == 3000 and {w.reason.value for w in got.waiting} == {"no_capacity"}
 

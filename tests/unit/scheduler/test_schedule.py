@@ -34,7 +34,7 @@ def pod2():  # type: ignore[no-untyped-def]
 
 def test_registry_lists_every_placer_and_policy() -> None:
     assert set(PLACERS) == {"first-fit", "best-fit", "spread", "topology", "frag"}
-    assert set(POLICIES) == {"fifo", "priority", "sjf", "hrrn", "las", "gittins", "edf", "slack", "fair"}
+    assert set(POLICIES) == {"fifo", "priority", "srt", "sjf", "hrrn", "las", "gittins", "edf", "slack", "fair"}
     with pytest.raises(UnknownNameError, match="unknown placer 'nope'"):
         get_placer("nope")
     with pytest.raises(UnknownNameError, match="unknown queue policy"):
@@ -91,8 +91,11 @@ def test_required_leaf_message_when_each_leaf_has_24_free() -> None:
     res = run(state, [make_job("big", tasks=4, gpus=8, scope=Scope.LEAF, required=True)])
     assert res.waiting[0].reason is ReasonCode.TOPOLOGY
     assert res.waiting[0].message == "needs 32 GPUs under one leaf; the best leaf has 24 free"
-    # Preferred instead of required: it runs across the two leaves.
-    res2 = run(state, [make_job("big", tasks=4, gpus=8, scope=Scope.LEAF)])
+    # Preferred: the jobs holding the leaves started now, without estimates, so they are expected to end
+    # within the topology wait and it waits for a leaf; without a wait it runs across the two leaves.
+    res1 = run(state, [make_job("big", tasks=4, gpus=8, scope=Scope.LEAF)])
+    assert res1.waiting[0].reason is ReasonCode.TOPOLOGY
+    res2 = run(state, [make_job("big", tasks=4, gpus=8, scope=Scope.LEAF)], topology_wait_s=0.0)
     assert len(res2.placements) == 1
 
 

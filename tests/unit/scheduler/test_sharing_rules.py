@@ -180,6 +180,22 @@ def test_easy_backfill_reserves_for_the_head_and_lets_short_jobs_through() -> No
     assert "long" not in placed
 
 
+def test_no_reservation_is_built_on_running_jobs_without_estimates() -> None:
+    """A running job without an estimate is not counted on to end: with only such jobs running, EASY makes no
+    reservation (as without backfill); an estimate makes it, on r's host from its expected end."""
+    for estimate, reserved in ((None, False), (1000.0, True)):
+        state = ClusterState(make_fabric(1, 2))  # 16 GPUs
+        running = [make_job("r", gpus=8, estimated_runtime_s=estimate), make_job("s", gpus=4, t=1)]
+        sh = SharingPolicy(backfill=BackfillMode.EASY)
+        start(state, go(state, running, 0.0, sh), running, 0.0)
+        head, small = make_job("head", gpus=8, t=10), make_job("small", gpus=4, t=11)
+        r = go(state, [head, small], 100.0, sh, policy="fifo")
+        assert [(x.job_id, x.start_s, x.hosts) for x in r.reservations] == (
+            [("head", 1000.0, ("node001",))] if reserved else []
+        )
+        assert [a.job_id for a in r.placements] == ["small"]  # on s's host, off the reservation
+
+
 def test_deadline_infeasible_and_elastic_job_takes_fewer_tasks_when_it_still_meets_it() -> None:
     state = ClusterState(make_fabric(1, 2))  # 16 GPUs
     busy = [make_job("busy", gpus=8)]

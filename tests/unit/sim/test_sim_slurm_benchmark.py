@@ -11,8 +11,10 @@ from types import ModuleType
 
 import pytest
 
+from gpupool.fabric import jsonio
 from gpupool.fabric.generators import leaf_spine
 from gpupool.sim.bounds import lower_bounds
+from gpupool.sim.traces import load_trace
 
 
 @functools.cache
@@ -107,3 +109,17 @@ def test_summary_counts_wins_and_the_traces_of_slurms_kind() -> None:
     assert sjf["slurm_kind_under_2745_s"] == 1
     assert lines["fifo+easy"]["multi_host_in_one_leaf_worst"] == 20
     assert "beats_fifo+easy_seeds" not in lines["fifo+easy"]
+
+
+def test_the_written_trace_and_fabric_are_what_gpupool_sim_run_reads(tmp_path: Path) -> None:
+    """``--write``: the ITP CSV loads back to the same jobs (times to the bit), and the fabric to 4 leaves of 4."""
+    bench = _bench()
+    fabric = leaf_spine(4, 2, 4, 8, name="16x8-4leaves")
+    trace = bench.make_trace(2, 200, 35, 2027.0, 128, 105.0)
+    bench.write_trace(trace, fabric, tmp_path, 2)
+    back = load_trace(tmp_path / "slurm-2.csv", "itp")
+    assert [(j.job_id, j.submit_s, j.duration_s, j.gpus) for j in back.jobs] == [
+        (j.job_id, j.submit_s, j.duration_s, j.gpus) for j in trace.jobs
+    ]
+    loaded = jsonio.load(tmp_path / "16x8-4leaves.json")
+    assert loaded.gpu_count == 128 and len(loaded.hosts) == 16
