@@ -29,6 +29,7 @@ from gpupool.sim.traces import load_trace
 MIX1 = Path("/work/shared/traces/philly-chronus-deadline/trace_job_Philly_MIX1.csv")
 ARMS = {
     "default": SchedulerSettings(),  # what ``gpupool sim run`` and the server run without a settings file
+    "default+admission": SchedulerSettings(deadline_admission=True),
     "fifo": SchedulerSettings(policy="fifo"),
     "priority": SchedulerSettings(policy="priority"),
     "edf": SchedulerSettings(policy="edf"),
@@ -43,18 +44,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hours", type=float, default=2.0)
     ap.add_argument("--gpus", type=int, default=512)
     ap.add_argument("--arms", nargs="+", default=list(ARMS))
+    ap.add_argument(
+        "--preemptible",
+        action="store_true",
+        help="submit every job preemptible (Chronus preempts its jobs at lease ends; a trace does not say)",
+    )
     args = ap.parse_args(argv)
     full = load_trace(args.trace, "chronus")
     trace = replace(full, jobs=tuple(j for j in full.jobs if j.submit_s < args.hours * 3600.0))
     fabric = uniform_fabric(args.gpus, 8)
     for arm in args.arms:
         cpu = time.process_time()
-        out = simulate(trace, fabric, ARMS[arm], know_durations=True)
+        out = simulate(trace, fabric, ARMS[arm], know_durations=True, preemptible=args.preemptible)
         m = out.metrics
         refused = sum(1 for r in out.result.records if r.start_s is None)
         cpu = time.process_time() - cpu
         print(json.dumps({
-            "arm": arm, "gpus": fabric.gpu_count, "hours": args.hours, "jobs": m["jobs"], "finished": m["finished"],
+            "arm": arm, "preemptible": args.preemptible, "gpus": fabric.gpu_count, "hours": args.hours, "jobs": m["jobs"], "finished": m["finished"],
             "strict_met_ratio": m["deadline_met_ratio_by_class"].get("strict"), "deadline_jobs": m["deadline_jobs"],
             "never_started": refused, "preemptions": m["preemptions"],
             "avg_jct_s": m["avg_jct_s"], "lb_avg_jct_s": m["lb_avg_jct_s"], "gpu_utilization": m["gpu_utilization"],

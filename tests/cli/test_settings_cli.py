@@ -87,7 +87,7 @@ def test_both_worlds_start_from_the_same_defaults() -> None:
     assert load_settings(env={}).scheduler == Settings().scheduler == _settings(None, {}) == defaults
     assert scheduler_config(defaults) == SchedulerConfig()  # the scheduler's own defaults, too
     pre = sharing_policy(defaults).preemption
-    assert pre.enabled and not pre.by_service and not sharing_policy(defaults).deadline_admission
+    assert pre.enabled and not pre.by_service and sharing_policy(defaults).deadline_admission
 
 
 def test_every_simulator_flag_sets_a_scheduler_setting() -> None:
@@ -135,7 +135,7 @@ def test_sim_run_takes_the_scheduler_section_and_its_flags_override_it(tmp_path:
     assert r.returncode == 0, r.stderr
     report = (tmp_path / "o" / "report.md").read_text()
     for line in ("- scheduler.policy: las", "- scheduler.backfill: none", "- scheduler.las_thresholds_gpu_s: [500.0, 5000.0]",
-                 "- scheduler.placer: topology", "- scheduler.deadline_admission: False"):  # fmt: skip
+                 "- scheduler.placer: topology", "- scheduler.deadline_admission: True"):  # fmt: skip
         assert line in report, line
 
 

@@ -257,9 +257,9 @@ class Cycle:
         job = ask.job
         if job.deadline_s is None or job.fewest_tasks >= job.tasks or not self.sh.deadline_admission:
             return (job.tasks,)
-        dl, default = job.deadline_s, self.sh.default_runtime_s
+        dl, default, start = job.deadline_s, self.sh.default_runtime_s, self.now + self.sh.launch_latency_s
         smaller = (
-            k for k in range(job.tasks - 1, job.fewest_tasks - 1, -1) if self.now + job.runtime_with(k, default) <= dl
+            k for k in range(job.tasks - 1, job.fewest_tasks - 1, -1) if start + job.runtime_with(k, default) <= dl
         )
         return (job.tasks, *smaller)
 

@@ -88,7 +88,7 @@ def admit(
         while f < g and pending:
             t_end, back = heapq.heappop(pending)
             tt, f = max(tt, t_end), f + back
-        finish = tt + job.runtime_with(k, config.default_runtime_s)
+        finish = tt + config.launch_latency_s + job.runtime_with(k, config.default_runtime_s)
         if best is None or finish < best[0]:
             best = (finish, k)
     if best is None:

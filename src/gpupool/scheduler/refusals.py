@@ -42,6 +42,7 @@ class Who(NamedTuple):
     tenant: str
     priority: int
     rank: float  # its service rank (0 unless preemption by service is on)
+    at_risk: bool = False  # a deadline job about to miss: it may preempt preemptible jobs without a deadline
 
 
 class PlaceKey(NamedTuple):

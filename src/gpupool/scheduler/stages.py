@@ -135,10 +135,11 @@ def admit(cy: Cycle, ask: Ask) -> Waiting | Ending | None:
         if held >= job.array_cap:
             msg = f"array {job.array_id} has {held} elements placed or running, its cap (%{job.array_cap})"
             return Waiting(job.job_id, ReasonCode.ARRAY_LIMIT, msg)
-    if job.deadline_s is not None and cy.sh.deadline_admission and now + ask.runtime_s > job.deadline_s:
+    launch = cy.sh.launch_latency_s
+    if job.deadline_s is not None and cy.sh.deadline_admission and now + launch + ask.runtime_s > job.deadline_s:
         msg = (
-            f"needs {ask.runtime_s:.0f} s; started now it ends at t={now + ask.runtime_s:.0f}, "
-            f"after its deadline t={job.deadline_s:.0f}"
+            f"needs {ask.runtime_s:.0f} s after a launch of {launch:g} s; placed now it ends at "
+            f"t={now + launch + ask.runtime_s:.0f}, after its deadline t={job.deadline_s:.0f}"
         )
         return Waiting(job.job_id, ReasonCode.DEADLINE_INFEASIBLE, msg)
     if cy.book is not None:
@@ -154,7 +155,17 @@ def who(cy: Cycle, ask: Ask) -> Who | None:
     if not cy.may_preempt or cy.preemptors >= pre.max_preemptors_per_cycle:
         return None
     job = ask.job
-    return Who(job.tenant, int(job.priority), cy.pending_rank(job) if pre.by_service else 0.0)
+    return Who(job.tenant, int(job.priority), cy.pending_rank(job) if pre.by_service else 0.0, at_risk(cy, ask))
+
+
+def at_risk(cy: Cycle, ask: Ask) -> bool:
+    """A deadline job that can still meet its deadline if placed now, with less slack than ``deadline_at_risk``
+    of its runtime: waiting for running jobs to end would likely make it late, so it may preempt."""
+    dl = ask.job.deadline_s
+    if dl is None:
+        return False
+    slack = dl - cy.now - cy.sh.launch_latency_s - ask.runtime_s
+    return 0.0 <= slack <= cy.sh.deadline_at_risk * ask.runtime_s
 
 
 def reservation_key(cy: Cycle, ask: Ask) -> ReservationKey | None:
@@ -240,8 +251,11 @@ def _fits_wide(cy: Cycle, ask: Ask, wide: Wide) -> bool:
 def candidates(cy: Cycle, ask: Ask) -> list[Candidate]:
     """Running jobs this job may preempt, each with its reason: borrowers of its pool's hosts (POOL_RECLAIM),
     borrowers of its cohort when it is within its nominal quota (QUOTA_RECLAIM), preemptible jobs of lower
-    priority (PRIORITY), preemptible jobs ranked after it by service (ATTAINED_SERVICE)."""
+    priority (PRIORITY), preemptible jobs without a deadline when it is a deadline job at risk (DEADLINE: they
+    checkpoint and run again later, it would miss), preemptible jobs ranked after it by service
+    (ATTAINED_SERVICE)."""
     job, pre, cap, now = ask.job, cy.sh.preemption, cy.cap, cy.now
+    risk = at_risk(cy, ask)
     pools, book = cy.pools, cy.book
     own = pools.code(job.pool) if pools is not None else -1
     reclaim_quota = book is not None and book.within_nominal(job, job.gpu_milli)
@@ -277,6 +291,15 @@ def candidates(cy: Cycle, ask: Ask) -> list[Candidate]:
             and r.runtime_s(now) >= pre.min_runtime_s
         ):
             reason = ReasonCode.PRIORITY
+        if (
+            reason is None
+            and risk
+            and r.spec.preemptible
+            and r.spec.deadline_s is None
+            and r.spec.priority <= job.priority
+            and r.runtime_s(now) >= pre.min_runtime_s
+        ):
+            reason = ReasonCode.DEADLINE
         if reason is None and pre.by_service and r.spec.preemptible:
             rank = cy.running_rank(r)
             if (

@@ -48,6 +48,7 @@ class ReasonCode(StrEnum):
     PRIORITY = "priority"  # a higher-priority job needs the GPUs of this preemptible one
     ATTAINED_SERVICE = "attained_service"  # LAS (Tiresias): a job with less attained service needs its GPUs
     RESIZE = "resize"  # an elastic job stopped at a checkpoint to restart at another size (scheduler/elastic.py)
+    DEADLINE = "deadline"  # a deadline job about to miss its deadline needs the GPUs of this one (no deadline)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +143,9 @@ class SharingPolicy:
     default_runtime_s: float = 3600.0  # for jobs without an estimate (backfill, deadlines, slack)
     deadline_at_risk: float = 0.1  # at risk when the predicted slack is under this fraction of the runtime
     deadline_admission: bool = True
+    # Seconds from placement to a job's processes running (the launch path): a deadline job is admitted only
+    # if now + this + its runtime meets its deadline, else it would start with less slack than its launch.
+    launch_latency_s: float = 0.4
     slack_boost_at: tuple[float, ...] = (2.0, 0.5)  # slack / runtime ratios at which priority rises by one
 
     @property

@@ -1,0 +1,72 @@
+"""Deadline jobs under the defaults: admission counts the launch, a job about to miss preempts work without a
+deadline, and the default order (``srt``) serves deadline jobs by their latest start."""
+
+from __future__ import annotations
+
+from sched_builders import make_fabric, make_job
+from test_sharing_rules import go, reasons, start
+
+from gpupool.cluster import ClusterState
+from gpupool.scheduler import ReasonCode, SchedulerConfig, ScheduleRequest, SharingPolicy
+from gpupool.scheduler.policies import get_policy, order
+from gpupool.scheduler.settings import SchedulerSettings, sharing_policy
+
+
+def test_admission_counts_the_launch_latency() -> None:
+    """100 s of work, 100.2 s to the deadline: placed now it runs from t=0.4 and ends 0.2 s late."""
+    state = ClusterState(make_fabric(1, 1))
+    job = make_job("d", gpus=1, estimated_runtime_s=100.0, deadline_s=100.2)
+    late = go(state, [job], 0.0, SharingPolicy(launch_latency_s=0.4))
+    assert reasons(late)["d"] is ReasonCode.DEADLINE_INFEASIBLE
+    assert "after a launch of 0.4 s" in late.waiting[0].message
+    assert [a.job_id for a in go(state, [job], 0.0, SharingPolicy(launch_latency_s=0.0)).placements] == ["d"]
+
+
+def _full_of(best_effort_preemptible: bool, victim_deadline: float | None = None) -> ClusterState:
+    """8 GPUs, all held since t=0 by one job (no deadline unless ``victim_deadline``)."""
+    state = ClusterState(make_fabric(1, 1))
+    be = make_job("be", gpus=8, preemptible=best_effort_preemptible, deadline_s=victim_deadline)
+    start(state, go(state, [be], 0.0, SharingPolicy()), [be], 0.0)
+    return state
+
+
+def test_a_deadline_job_at_risk_preempts_a_preemptible_job_without_a_deadline() -> None:
+    state = _full_of(best_effort_preemptible=True)
+    sh = SharingPolicy(deadline_admission=True)  # at risk: slack under 10% of the runtime
+    tight = make_job("dl", gpus=8, t=900.0, estimated_runtime_s=1000.0, deadline_s=1000.0 + 1000.0 + 50.0)
+    r = go(state, [tight], 1000.0, sh)
+    assert [(p.job_id, p.reason) for p in r.preemptions] == [("be", ReasonCode.DEADLINE)]
+    assert reasons(r)["dl"] is ReasonCode.PREEMPTING
+
+
+def test_no_deadline_preemption_with_slack_to_spare_for_a_service_or_for_another_deadline() -> None:
+    sh = SharingPolicy(deadline_admission=True)
+    loose = make_job("dl", gpus=8, t=900.0, estimated_runtime_s=1000.0, deadline_s=1000.0 + 5000.0)
+    assert go(_full_of(True), [loose], 1000.0, sh).preemptions == ()
+    tight = make_job("dl", gpus=8, t=900.0, estimated_runtime_s=1000.0, deadline_s=1000.0 + 1000.0 + 50.0)
+    assert go(_full_of(False), [tight], 1000.0, sh).preemptions == ()  # not preemptible
+    assert go(_full_of(True, victim_deadline=1e6), [tight], 1000.0, sh).preemptions == ()  # has a deadline
+    hopeless = make_job("dl", gpus=8, t=900.0, estimated_runtime_s=1000.0, deadline_s=1000.0 + 900.0)
+    assert go(_full_of(True), [hopeless], 1000.0, SharingPolicy(deadline_admission=False)).preemptions == ()
+
+
+def test_the_default_order_serves_deadline_jobs_by_latest_start_then_the_shortest() -> None:
+    state = ClusterState(make_fabric(1, 1))
+    jobs = (
+        make_job("short", estimated_runtime_s=10.0),
+        make_job("none", t=-1.0),
+        make_job("late-dl", estimated_runtime_s=100.0, deadline_s=1000.0),  # latest start 900
+        make_job("early-dl", estimated_runtime_s=800.0, deadline_s=1000.0),  # latest start 200
+        make_job("long", estimated_runtime_s=500.0),
+    )
+    defaults = SchedulerSettings()
+    req = ScheduleRequest(
+        state.snapshot(), jobs, 0.0, SchedulerConfig(policy=defaults.policy), sharing_policy(defaults)
+    )
+    assert [j.job_id for j in order(get_policy(defaults.policy), req)] == [
+        "early-dl",
+        "late-dl",
+        "short",
+        "long",
+        "none",
+    ]
