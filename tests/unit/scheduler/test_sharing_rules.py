@@ -242,11 +242,12 @@ def test_admission_predicts_finish_from_queue_and_running_ends() -> None:
     sh = SharingPolicy()
     job = make_job("d", gpus=16, estimated_runtime_s=100.0, deadline_s=2000.0)
     a = admit(state.snapshot(), job, ahead, 0.0, sh)
-    assert a.verdict is Verdict.FEASIBLE and a.earliest_finish_s == 1100.0  # busy ends at 1000, ahead at 500
+    # busy ends at 1000, ahead at 500; then the default launch of 0.4 s and its 100 s
+    assert a.verdict is Verdict.FEASIBLE and a.earliest_finish_s == 1100.4
     assert admit(state.snapshot(), replace(job, deadline_s=1105.0), ahead, 0.0, sh).verdict is Verdict.AT_RISK
     assert admit(state.snapshot(), replace(job, deadline_s=1000.0), ahead, 0.0, sh).verdict is Verdict.INFEASIBLE
     el = make_job(
         "e", tasks=4, gpus=4, estimated_runtime_s=100.0, deadline_s=400.0, min_tasks=2, scaling=Scaling.LINEAR
     )
     e = admit(state.snapshot(), el, [], 0.0, sh)
-    assert e.tasks == 2 and e.earliest_finish_s == 200.0 and e.verdict is Verdict.FEASIBLE
+    assert e.tasks == 2 and e.earliest_finish_s == 200.4 and e.verdict is Verdict.FEASIBLE
