@@ -133,16 +133,20 @@ class Cycle:
         self.ctx = CycleContext(ix, np.arange(ix.n_hosts, dtype=np.int64), cfg.max_domains_tried, None)
         self.seen = Refusals(self.cap, enabled=remember)
         # Which stages can do anything in this cycle (a stage that cannot is not asked).
-        self.admits = self.book is not None or sh.deadline_admission or held_back(request, view)
+        # Deadline admission only asks deadline jobs; EASY or conservative backfill only reserves from running
+        # jobs with estimates (``backfill.reserve``): without either, the defaults decide as the plain cycle.
+        deadlines = sh.deadline_admission and any(j.deadline_s is not None for j in request.pending)
+        self.admits = self.book is not None or deadlines or held_back(request, view)
+        reserves = sh.backfill is not BackfillMode.NONE and any(
+            r.spec.estimated_runtime_s is not None for r in snap.running.values()
+        )
         # Preemption needs a victim: a quota borrower (a reclaim) or a ``preemptible`` running job.
         self.may_preempt = sh.preemption.enabled and (
             self.book is not None or any(r.spec.preemptible for r in snap.running.values())
         )
         # Without pools, admission, preemption or backfill, whether a job is placed depends on its shape alone:
         # a shape refused is refused again (for as long as its place refusals hold, ``Refusals.blocked``).
-        self.by_shape = (
-            self.pools is None and not self.admits and not self.may_preempt and sh.backfill is BackfillMode.NONE
-        )
+        self.by_shape = self.pools is None and not self.admits and not self.may_preempt and not reserves
         self._ends: list[tuple[float, RunningJob]] | None = None
         # Per-cycle masks: a pool's hosts, and a host mask narrowed to a pool (both fixed for the cycle).
         self._owned: dict[str, BoolArray] = {}
