@@ -13,7 +13,7 @@ from test_properties import FABRICS, _state, jobs
 
 from gpupool.cluster import ClusterState
 from gpupool.domain.events import JobPlaced, JobSubmitted
-from gpupool.domain.jobs import JobSpec, Scaling, TopologyMode, TopologyRequirement
+from gpupool.domain.jobs import JobSpec, Scaling, Scope, TopologyMode, TopologyRequirement
 from gpupool.scheduler import NO_SHARING, PLACERS, POLICIES, ReasonCode, SchedulerConfig, ScheduleRequest, schedule
 from gpupool.scheduler.capacity import Capacity
 from gpupool.scheduler.diagnose import diagnose
@@ -30,6 +30,10 @@ def _exact(job: JobSpec) -> JobSpec:
         return replace(job, topology=TopologyRequirement(job.topology.scope, TopologyMode.PREFERRED))
     if job.rail_aligned and job.tasks > 1:
         return replace(job, rail_aligned=False)
+    if job.topology == TopologyRequirement(Scope.ANY, TopologyMode.REQUIRED):
+        # Issue 20: required with no scope named means the smallest domain that holds the gang
+        # (scheduler.topowait), which the reference does not know; there it meant anywhere.
+        return replace(job, topology=TopologyRequirement(Scope.ANY, TopologyMode.PREFERRED))
     return job
 
 
@@ -52,7 +56,10 @@ def test_without_sharing_rules_the_one_cycle_places_what_the_plain_cycle_placed(
     pending = [
         replace(j, deadline_s=deadline, estimated_runtime_s=100.0) if i % 3 == 0 else j for i, j in enumerate(pending)
     ]
-    cfg = SchedulerConfig(policy=policy, placer=placer, max_placements_per_cycle=limit, strict=strict)
+    # The reference predates topology waits (scheduler.topowait, tested on their own): gangs cross domains there.
+    cfg = SchedulerConfig(
+        policy=policy, placer=placer, max_placements_per_cycle=limit, strict=strict, topology_wait_s=0.0
+    )
     req = ScheduleRequest(state.snapshot(), tuple(pending), 1.0, cfg)
     by_id = {j.job_id: j for j in pending}
     got = schedule(req)
