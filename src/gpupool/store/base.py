@@ -13,7 +13,15 @@ from sqlalchemy import Connection, insert, select, text
 from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import ParseError, StoreUnavailableError, UnknownNameError
-from gpupool.store.engine import core_transaction, is_postgres, make_engine, migrate, transaction
+from gpupool.store.engine import (
+    core_transaction,
+    dispose,
+    is_postgres,
+    make_engine,
+    migrate,
+    store_files_fault,
+    transaction,
+)
 from gpupool.store.fencing import Fence, check_fence
 from gpupool.store.rows import AuditRow, TenantRow
 
@@ -58,7 +66,7 @@ class StoreBase:
         return migrate(self._engine)
 
     def close(self) -> None:
-        self._engine.dispose()
+        dispose(self._engine)
 
     def write_fault(self, max_age_s: float = 1.0) -> StoreUnavailableError | None:
         """Why the latest write transaction failed (its reason), or None if it committed (or failed on its own
@@ -67,8 +75,12 @@ class StoreBase:
         Real writes are the best witness: a full disk may still take a small write into reused log space
         while every submit fails. Without one in the last ``max_age_s`` a probe write is made: SQLite rewrites
         its header's ``user_version`` (unused by the schema), which meets a read-only file or a failing disk;
-        PostgreSQL assigns a transaction id, which a replica or a demoted primary refuses.
+        PostgreSQL assigns a transaction id, which a replica or a demoted primary refuses. A SQLite file that
+        every write would find replaced or unwritable is reported at once, whatever the latest write found.
         """
+        files_fault = store_files_fault(self._engine)
+        if files_fault is not None:
+            return files_fault
         if time.monotonic() - self._wrote_at > max_age_s:
             try:
                 with self._core_tx(write=True) as conn:

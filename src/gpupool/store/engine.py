@@ -10,17 +10,18 @@ Database failures leave a transaction as domain errors with stable codes (``stor
 cannot store is an ``UnstorableInputError`` (a 422 naming no field: the API's models refuse such text before
 it gets here), and a database that cannot answer or write (unreachable, failing over, disk full, read-only
 file) a ``StoreUnavailableError`` with its reason (a 503). Constraint violations pass through unchanged: the
-use cases that expect them catch them.
+use cases that expect them catch them. SQLite's files are checked around every transaction (``sqlite_files``):
+a process that touched the mapped index of a file it can no longer write would die of SIGBUS.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -33,6 +34,7 @@ from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import GpupoolError, InputError, StoreUnavailableError, UnstorableInputError
 from gpupool.store.rows import Base
+from gpupool.store.sqlite_files import SqliteFiles
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _WRITE = "gpupool_write"
@@ -118,12 +120,12 @@ def postgres_url(parsed: URL) -> URL:
 
 
 def _sqlite_setup(engine: Engine, path: str, busy_timeout_ms: int) -> None:
-    first: list[tuple[int, int]] = []  # (device, inode) of the file the first connection opened
+    files = _FILES[engine] = SqliteFiles(path, busy_timeout_ms)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         try:
-            _refuse_a_replaced_file(path, first)
+            files.check_same_file()  # never beside the first file's connections (see sqlite_files)
         except StoreUnavailableError:
             dbapi_conn.close()
             raise
@@ -144,49 +146,50 @@ def _sqlite_setup(engine: Engine, path: str, busy_timeout_ms: int) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        if conn.get_execution_options().get(_WRITE):
-            # A write to the old file's inode would be acknowledged and then lost with it (one stat, ~1 us).
-            _refuse_a_replaced_file(path, first)
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        else:
-            conn.exec_driver_sql("BEGIN")
-
-
-def _refuse_a_replaced_file(path: str, first: list[tuple[int, int]]) -> None:
-    """Refuse a new connection, or a write, once the database file is no longer the one first opened here.
-
-    SQLite keeps one shared-memory WAL index (the ``-shm`` file, mapped into memory) per database inode. A
-    connection to a replaced file (a copy renamed over it, say, to make it read-only) is to a new inode: it
-    finds no lock of another process on the ``-shm`` (its own process's locks never conflict), takes itself
-    for the first user and truncates the ``-shm`` that the older connections still map. Their next access
-    faults: SIGBUS, the process dies without a word. And the older connections would go on committing to
-    the old inode, which no path names any more. Refused, both are a 503 with reason ``replaced``.
-    """
-    st = os.stat(path)
-    here = (st.st_dev, st.st_ino)
-    if not first:
-        first.append(here)
-    elif first[0] != here:
-        raise StoreUnavailableError(
-            f"the database file {path} was replaced while this server had it open; restart the server to use it",
-            reason="replaced",
-            transient=False,
-        )
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
 
 
 def is_postgres(engine: Engine) -> bool:
     return engine.dialect.name == "postgresql"
 
 
+# The files behind each SQLite engine (PostgreSQL engines have none): which connection a transaction uses, and
+# the check of a write after its COMMIT (see sqlite_files).
+_FILES: WeakKeyDictionary[Engine, SqliteFiles] = WeakKeyDictionary()
+
+
+def _connect(engine: Engine, files: SqliteFiles | None, *, write: bool) -> Connection:
+    """A connection for one transaction (on SQLite, the one ``files`` picks), marked if it writes."""
+    conn = engine.connect() if files is None else files.connect(engine, write=write)
+    if write:
+        conn.execution_options(**{_WRITE: True})
+    return conn
+
+
+def store_files_fault(engine: Engine) -> StoreUnavailableError | None:
+    """Why a write would be refused now whatever it wrote (a SQLite file replaced or not writable), or None."""
+    files = _FILES.get(engine)
+    return None if files is None else files.fault()
+
+
+def dispose(engine: Engine) -> None:
+    """Close the engine's pooled connections (and the read-only engine of its SQLite files)."""
+    engine.dispose()
+    files = _FILES.get(engine)
+    if files is not None:
+        files.dispose()
+
+
 @contextmanager
 def transaction(engine: Engine, *, write: bool) -> Iterator[Session]:
     """One short transaction: committed when the block ends, rolled back if it raises."""
+    files = _FILES.get(engine)
     try:
-        with engine.connect() as conn:
-            if write:
-                conn.execution_options(**{_WRITE: True})
+        with _connect(engine, files, write=write) as conn:
             with Session(bind=conn, expire_on_commit=False, autoflush=True) as session, session.begin():
                 yield session
+            if write and files is not None:
+                files.check_same_file()  # a COMMIT into a file no path names any more is not acknowledged
     except (sa_exc.DBAPIError, engine.dialect.loaded_dbapi.Error, UnicodeEncodeError) as e:
         _raise_fault(engine, e)
         raise
@@ -196,12 +199,13 @@ def transaction(engine: Engine, *, write: bool) -> Iterator[Session]:
 def core_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
     """``transaction`` without an ORM session: for hot paths that only run Core statements (a session's
     set-up, bookkeeping and ORM-level execution cost more than the statements themselves there)."""
+    files = _FILES.get(engine)
     try:
-        with engine.connect() as conn:
-            if write:
-                conn.execution_options(**{_WRITE: True})
+        with _connect(engine, files, write=write) as conn:
             with conn.begin():
                 yield conn
+            if write and files is not None:
+                files.check_same_file()  # as in ``transaction``
     except (sa_exc.DBAPIError, engine.dialect.loaded_dbapi.Error, UnicodeEncodeError) as e:
         _raise_fault(engine, e)
         raise
@@ -213,7 +217,7 @@ def single_read(engine: Engine) -> Iterator[Connection]:
     instead of BEGIN, the statement and ROLLBACK. For the hot one-row reads that need no snapshot (a token's
     check on every request); anything reading two rows that must agree uses ``core_transaction``."""
     try:
-        with engine.connect() as conn:
+        with _connect(engine, _FILES.get(engine), write=False) as conn:
             yield conn.execution_options(isolation_level="AUTOCOMMIT") if is_postgres(engine) else conn
     except (sa_exc.DBAPIError, engine.dialect.loaded_dbapi.Error, UnicodeEncodeError) as e:
         _raise_fault(engine, e)
