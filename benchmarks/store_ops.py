@@ -1,14 +1,17 @@
 """Time the store's hot use cases on SQLite or PostgreSQL: submits (1 and N threads), placements, token checks.
 
 Prints one JSON line: backend, submits_per_s (one thread), submits_per_s_threads, threads, p99_submit_ms,
-placements_per_s, authenticate_per_s. The database is fresh: a temporary SQLite file, or a throwaway schema in
-PostgreSQL. Usage: python benchmarks/store_ops.py --backend sqlite|postgres [--database-url URL] [--jobs 2000]
+placements_per_s, authenticate_per_s, the process's CPU per operation of the one-thread phases (``cpu_ms``:
+submit, placement, authenticate; on PostgreSQL the server's CPU is not in it) and the 1-min load average. The
+database is fresh: a temporary SQLite file, or a throwaway schema in PostgreSQL. Usage:
+python benchmarks/store_ops.py --backend sqlite|postgres [--database-url URL] [--jobs 2000]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
 import tempfile
 import threading
@@ -31,12 +34,15 @@ def _run(url: str, jobs: int, threads: int) -> dict[str, object]:
         store.upsert_node(f"h{h}", gpu_model="H100", gpu_count=gpus, actor="bench")
 
     lat: list[float] = []
+    cpu: dict[str, float] = {}
+    c0 = time.process_time()
     t0 = time.perf_counter()
     for i in range(jobs):
         s = time.perf_counter()
         store.submit_job(JobSpec(f"a{i}", tenant="bench"), f"ka{i}", actor="bench")
         lat.append(time.perf_counter() - s)
     one = jobs / (time.perf_counter() - t0)
+    cpu["submit"] = (time.process_time() - c0) / jobs
 
     per = jobs // threads
 
@@ -52,18 +58,22 @@ def _run(url: str, jobs: int, threads: int) -> dict[str, object]:
         t.join()
     many = per * threads / (time.perf_counter() - t0)
 
+    c0 = time.process_time()
     t0 = time.perf_counter()
     for i in range(jobs):
         alloc = Allocation(f"a{i}", (TaskAllocation(f"h{i // gpus}", (i % gpus,)),))
         store.record_allocation(f"a{i}", 1, alloc, actor="bench")
     placements = jobs / (time.perf_counter() - t0)
+    cpu["placement"] = (time.process_time() - c0) / jobs
 
     _, token = store.create_token("bench", actor="bench")
     n_auth = 500
+    c0 = time.process_time()
     t0 = time.perf_counter()
     for _ in range(n_auth):
         assert store.authenticate(token) is not None
     auth = n_auth / (time.perf_counter() - t0)
+    cpu["authenticate"] = (time.process_time() - c0) / n_auth
     store.close()
     lat.sort()
     return {
@@ -73,6 +83,8 @@ def _run(url: str, jobs: int, threads: int) -> dict[str, object]:
         "p99_submit_ms": round(1000 * lat[int(0.99 * (len(lat) - 1))], 2),
         "placements_per_s": round(placements, 1),
         "authenticate_per_s": round(auth, 1),
+        "cpu_ms": {k: round(1000 * v, 3) for k, v in cpu.items()},
+        "load_1m": round(os.getloadavg()[0], 2),
     }
 
 
