@@ -188,6 +188,9 @@ def transaction(engine: Engine, *, write: bool) -> Iterator[Session]:
         with _connect(engine, files, write=write) as conn:
             with Session(bind=conn, expire_on_commit=False, autoflush=True) as session, session.begin():
                 yield session
+                if write and files is not None:
+                    session.flush()  # the statements first, so that the check is next to the COMMIT
+                    files.check_index()  # the COMMIT writes the index
             if write and files is not None:
                 files.check_same_file()  # a COMMIT into a file no path names any more is not acknowledged
     except (sa_exc.DBAPIError, engine.dialect.loaded_dbapi.Error, UnicodeEncodeError) as e:
@@ -204,8 +207,10 @@ def core_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
         with _connect(engine, files, write=write) as conn:
             with conn.begin():
                 yield conn
+                if write and files is not None:
+                    files.check_index()  # as in ``transaction``
             if write and files is not None:
-                files.check_same_file()  # as in ``transaction``
+                files.check_same_file()
     except (sa_exc.DBAPIError, engine.dialect.loaded_dbapi.Error, UnicodeEncodeError) as e:
         _raise_fault(engine, e)
         raise

@@ -8,8 +8,9 @@ of the file at once, dirty pages included (seen on Linux 6.18, ext4), and a trun
 access. Nothing in the process survives that, so the store never touches the index of files it cannot write:
 
 - Before every transaction the ``-shm`` is checked (``os.access``: an immutable file, a read-only mount or
-  mode). Unwritable: a write is refused (503 ``read_only``) before it begins, and a read is made on a
-  connection of its own that never maps the index (``vfs=unix-none``, read-only, ``locking_mode=EXCLUSIVE``:
+  mode). Unwritable: a write is refused (503 ``read_only``) before it begins, and again just before its COMMIT
+  (which writes the index; a freeze during the transaction's statements is caught there), and a read is made
+  on a connection of its own that never maps the index (``vfs=unix-none``, read-only, ``locking_mode=EXCLUSIVE``:
   SQLite then builds the index in its own heap from the ``-wal``), so acknowledged jobs stay readable. The
   pooled connections are left open meanwhile: closing the last one would checkpoint, which writes the index.
 - A replaced database file (a copy renamed over it) is a new inode. SQLite keeps one index per inode, and a
@@ -22,9 +23,10 @@ access. Nothing in the process survives that, so the store never touches the ind
   retry with its Idempotency-Key settles whether it is stored).
 
 What remains out of reach (docs/operations.md): a file made unwritable while a transaction is between its
-check and its next write to the index still faults, as does a truncated ``-shm``, and so does closing the last
-connection while the files are immutable (SQLite checkpoints on close; Python 3.11's ``sqlite3`` cannot turn
-that off). A fault leaves every thread's stack in the log (faulthandler).
+check and its next write to the index still faults (a read's first statement; a COMMIT and the checkpoint after
+it), as does a truncated ``-shm``, and so does closing the last connection while the files are immutable
+(SQLite checkpoints on close; Python 3.11's ``sqlite3`` cannot turn that off). A fault leaves every thread's
+stack in the log (faulthandler).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class SqliteFiles:
         """Why a write would be refused now (the file replaced, the index unwritable), else None."""
         try:
             self.check_same_file()
-            self._check_index()
+            self.check_index()
         except StoreUnavailableError as e:
             return e
         return None
@@ -87,7 +89,7 @@ class SqliteFiles:
             self.check_same_file()
         if not self._index_writable():
             if write:
-                self._check_index()
+                self.check_index()
             return self._read_only_engine().connect()
         asked = time.monotonic()
         conn = engine.connect()
@@ -100,7 +102,8 @@ class SqliteFiles:
         """Whether this process may write the ``-shm`` (a missing one is made by the next connection)."""
         return os.access(self._shm, os.W_OK) or not os.path.lexists(self._shm)
 
-    def _check_index(self) -> None:
+    def check_index(self) -> None:
+        """Refuse a write while the index cannot be written (before its BEGIN, and again before its COMMIT)."""
         if not self._index_writable():
             raise StoreUnavailableError(
                 f"the database's index {self._shm} cannot be written (read-only or immutable); writes wait for it",
