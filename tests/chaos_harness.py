@@ -143,6 +143,7 @@ class Chaos:
         self.violations: list[Violation] = []
         self.gangs: set[str] = set()
         self.cancelled: set[str] = set()  # job ids the stream cancelled (while they ran)
+        self.protected: set[str] = set()  # fault targets whose end the run checks: the stream never cancels them
         self._stop = threading.Event()
         self._submitting = threading.Event()
         self._audit_after = 0
@@ -216,6 +217,7 @@ class Chaos:
         """Cancel a running job (its GPUs must not be handed over before its processes are gone)."""
         with self.connect() as conn:
             running = conn.execute("SELECT id, tenant FROM jobs WHERE state = 'running' ORDER BY id").fetchall()
+        running = [(j, t) for j, t in running if str(j) not in self.protected]
         if not running:
             return
         job_id, tenant = running[int(self.jobs_rng.integers(len(running)))]
@@ -435,6 +437,7 @@ class Chaos:
         with httpx.Client(base_url=self.c.url, headers={"Authorization": f"Bearer {self.tokens['acme']}"}) as c:
             ack = self.ledger.submit(c, key, self._body(2, 8, [0.3, 8.0], key), give_up_s=60)
         assert ack is not None, f"the gang of {key} was not acknowledged"
+        self.protected.add(str(ack.job_id))  # its end is the fault's outcome: the stream's cancels leave it alone
         fault = Injected("gang_restart", ack.job_id, self.now())
 
         def half_done() -> bool:
