@@ -11,7 +11,7 @@ import typer
 from gpupool.cli.client_cmds import Fmt, FmtOpt, _client, _emit
 from gpupool.cli.human import read_when, when
 from gpupool.domain.units import format_duration
-from gpupool.schemas.api import AccountingOut
+from gpupool.schemas.accounts import AccountingOut
 
 app = typer.Typer(help="Accounting: one record per run of a job, and monthly statements.")
 

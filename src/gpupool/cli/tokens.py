@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from gpupool.cli.client_cmds import Fmt, FmtOpt, _client, _emit
 from gpupool.domain.errors import InputError
 from gpupool.domain.units import parse_duration
-from gpupool.schemas.api import JoinTokenIn, TokenIn
+from gpupool.schemas.accounts import JoinTokenIn, TokenIn
 
 tokens_app = typer.Typer(help="API tokens: create, list, revoke.", no_args_is_help=True)
 join_tokens_app = typer.Typer(help="Agents' join tokens: create, list, revoke.", no_args_is_help=True)

@@ -29,6 +29,7 @@ from gpupool.client.textfile import read_text
 from gpupool.domain.calendar import parse_calendar
 from gpupool.domain.errors import ParseError
 from gpupool.schemas import api
+from gpupool.schemas.base import Text
 
 SECTIONS = ("tenants", "pools", "quotas")
 
@@ -36,7 +37,7 @@ SECTIONS = ("tenants", "pools", "quotas")
 class QuotaEntry(api.QuotaIn):
     """A quota as the file gives it: the API's ``QuotaIn`` and the tenant it belongs to."""
 
-    tenant: api.Text = Field(min_length=1, max_length=128)
+    tenant: Text = Field(min_length=1, max_length=128)
 
     def body(self) -> api.QuotaIn:
         return api.QuotaIn.model_validate(self.model_dump(exclude={"tenant"}))
@@ -45,8 +46,8 @@ class QuotaEntry(api.QuotaIn):
 class PoolEntry(api.PoolIn):
     """A pool as the file gives it: a name, and its calendar inline (``calendar_toml``) or as a file."""
 
-    name: api.Text = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    calendar: api.Text | None = Field(default=None, min_length=1, max_length=4096, description="a TOML file")
+    name: Text = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    calendar: Text | None = Field(default=None, min_length=1, max_length=4096, description="a TOML file")
 
     def body(self) -> api.PoolIn:
         return api.PoolIn(calendar_toml=self.calendar_toml, expected_version=self.expected_version)

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gpupool.domain.errors import GpupoolError, ParseError
-from gpupool.schemas import admin, api
+from gpupool.schemas import accounts, admin, api
 
 M = TypeVar("M", bound=BaseModel)
 DEFAULT_SERVER = "http://127.0.0.1:8765"
@@ -190,21 +190,21 @@ class Client:
     def pools(self) -> api.PoolList:
         return self._call("GET", "/v1/pools", api.PoolList)
 
-    def usage(self, from_s: float | None = None, to_s: float | None = None) -> api.UsageOut:
+    def usage(self, from_s: float | None = None, to_s: float | None = None) -> accounts.UsageOut:
         params = {k: v for k, v in (("from", from_s), ("to", to_s)) if v is not None}
-        return self._call("GET", "/v1/usage", api.UsageOut, params=params)
+        return self._call("GET", "/v1/usage", accounts.UsageOut, params=params)
 
     def accounting(
         self, from_s: float, to_s: float, tenant: str | None = None, offset: int = 0, limit: int = 1000
-    ) -> api.AccountingPage:
+    ) -> accounts.AccountingPage:
         params: dict[str, float | str] = {"from": from_s, "to": to_s, "offset": offset, "limit": limit}
         if tenant is not None:
             params["tenant"] = tenant
-        return self._call("GET", "/v1/accounting/jobs", api.AccountingPage, params=params)
+        return self._call("GET", "/v1/accounting/jobs", accounts.AccountingPage, params=params)
 
-    def statement(self, month: str, tenant: str | None = None) -> api.StatementOut:
+    def statement(self, month: str, tenant: str | None = None) -> accounts.StatementOut:
         params = {"month": month} if tenant is None else {"month": month, "tenant": tenant}
-        return self._call("GET", "/v1/accounting/statement", api.StatementOut, params=params)
+        return self._call("GET", "/v1/accounting/statement", accounts.StatementOut, params=params)
 
     # -- the operator's: tenants, quotas, pools and calendars (gpupool admin) -----------------------------------
     def tenants(self) -> api.TenantList:
@@ -241,24 +241,26 @@ class Client:
         params = {} if at_s is None else {"at": at_s}
         return self._call("GET", f"/v1/pools/{_seg(pool)}/calendar", admin.CalendarOut, params=params)
 
-    def create_token(self, body: api.TokenIn) -> api.TokenOut:
-        return self._call("POST", "/v1/tokens", api.TokenOut, json=body.model_dump(mode="json", exclude_none=True))
+    def create_token(self, body: accounts.TokenIn) -> accounts.TokenOut:
+        return self._call("POST", "/v1/tokens", accounts.TokenOut, json=body.model_dump(mode="json", exclude_none=True))
 
-    def tokens(self, tenant: str | None = None) -> api.TokenList:
+    def tokens(self, tenant: str | None = None) -> accounts.TokenList:
         params = {} if tenant is None else {"tenant": tenant}
-        return self._call("GET", "/v1/tokens", api.TokenList, params=params)
+        return self._call("GET", "/v1/tokens", accounts.TokenList, params=params)
 
-    def revoke_token(self, token_id: str) -> api.TokenInfoOut:
-        return self._call("DELETE", f"/v1/tokens/{quote(token_id, safe='')}", api.TokenInfoOut)
+    def revoke_token(self, token_id: str) -> accounts.TokenInfoOut:
+        return self._call("DELETE", f"/v1/tokens/{quote(token_id, safe='')}", accounts.TokenInfoOut)
 
-    def create_join_token(self, body: api.JoinTokenIn) -> api.TokenOut:
-        return self._call("POST", "/v1/join-tokens", api.TokenOut, json=body.model_dump(mode="json", exclude_none=True))
+    def create_join_token(self, body: accounts.JoinTokenIn) -> accounts.TokenOut:
+        return self._call(
+            "POST", "/v1/join-tokens", accounts.TokenOut, json=body.model_dump(mode="json", exclude_none=True)
+        )
 
-    def join_tokens(self) -> api.JoinTokenList:
-        return self._call("GET", "/v1/join-tokens", api.JoinTokenList)
+    def join_tokens(self) -> accounts.JoinTokenList:
+        return self._call("GET", "/v1/join-tokens", accounts.JoinTokenList)
 
-    def revoke_join_token(self, token_id: str) -> api.JoinTokenInfoOut:
-        return self._call("DELETE", f"/v1/join-tokens/{quote(token_id, safe='')}", api.JoinTokenInfoOut)
+    def revoke_join_token(self, token_id: str) -> accounts.JoinTokenInfoOut:
+        return self._call("DELETE", f"/v1/join-tokens/{quote(token_id, safe='')}", accounts.JoinTokenInfoOut)
 
 
 def _seg(name: str) -> str:

@@ -8,27 +8,19 @@ the command line exactly as the server would refuse it, naming the flag or the f
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gpupool.domain.calendar import Calendar, PoolRule
-from gpupool.schemas.api import Text
+from gpupool.schemas.base import In, Out, Text
 
 
-class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-class TenantPatch(_In):
+class TenantPatch(In):
     """What ``PATCH /v1/tenants/{name}`` changes: the fair-share weight (the name is the tenant's key)."""
 
     weight: float = Field(gt=0, le=1e6, description="fair-share weight: a tenant of weight 2 gets twice the share")
 
 
-class QuotaKeyOut(_Out):
+class QuotaKeyOut(Out):
     """What a delete removed."""
 
     tenant: str
@@ -36,20 +28,20 @@ class QuotaKeyOut(_Out):
     gpu_model: str
 
 
-class DeletedOut(_Out):
+class DeletedOut(Out):
     """What a delete removed: its kind and name."""
 
     kind: str
     name: str
 
 
-class WindowOut(_Out):
+class WindowOut(Out):
     days: list[int] = Field(description="0 = Monday")
     start: str = Field(description="local time HH:MM")
     end: str = Field(description="local time HH:MM; at or before start: the window runs past midnight")
 
 
-class CalendarRuleOut(_Out):
+class CalendarRuleOut(Out):
     pool: str
     sus: list[int]
     hosts: list[str]
@@ -60,7 +52,7 @@ class CalendarRuleOut(_Out):
     since_s: float | None = Field(description="when share_now began (null: it never changes)")
 
 
-class CalendarOut(_Out):
+class CalendarOut(Out):
     """A pool's calendar read at ``at_s``: each rule's share then, since when, and the next change."""
 
     pool: str

@@ -3,10 +3,7 @@
 Conversion to domain values happens in the server; these models only validate shapes and ranges, so a bad
 request is a 422 naming the field before any use case runs.
 
-Every string a request carries is ``Text``: text the database can store. PostgreSQL's ``text`` holds no NUL
-character (and neither database takes a lone surrogate, which pydantic's ``str`` already refuses); a job
-name with a NUL used to reach the group commit and fail its whole batch, other tenants' jobs included.
-What a node can run (argv and env sizes, variable names, labels) is checked on top of ``Text`` by the
+Every string a request carries is ``Text`` (``schemas.base``): text the database can store. What a node can run (argv and env sizes, variable names, labels) is checked on top of ``Text`` by the
 domain's rules, through ``_check`` below.
 """
 
@@ -16,9 +13,7 @@ from collections.abc import Callable
 from typing import Annotated, Literal
 
 from pydantic import (
-    AfterValidator,
     AliasChoices,
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -34,6 +29,7 @@ from gpupool.domain.labels import check_labels
 from gpupool.domain.units import parse_duration, parse_memory_mib
 from gpupool.domain.workload import check_command, command_size, env_size
 from gpupool.schemas import jobs as _jobs
+from gpupool.schemas.base import In, Out, Text
 
 # The job wire models live in ``schemas.jobs``; named here too, so ``api.JobOut`` and friends keep working.
 ArrayOut = _jobs.ArrayOut
@@ -55,16 +51,6 @@ DEFAULT_RETRY_ON: tuple[Literal["failure", "node_lost", "preemption"], ...] = ("
 PriorityName = Literal["best_effort", "batch", "normal", "high", "realtime"]
 Name = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
-
-def storable_text(value: str) -> str:
-    """``value`` unchanged if the database can store it; a ValueError saying why not (pydantic names the field).
-    Lone surrogates need no check here: pydantic's own ``str`` refuses them."""
-    if "\x00" in value:
-        raise ValueError("contains a NUL character (\\u0000), which the database cannot store")
-    return value
-
-
-Text = Annotated[str, AfterValidator(storable_text)]
 
 # The job spec's version: what a job file or request that gives none means. Another is refused, never guessed.
 SPEC_VERSION = 1
@@ -105,33 +91,25 @@ def _named(name: str, old: str) -> AliasChoices:
     return AliasChoices(name, old)
 
 
-class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-
-class ShareIn(_In):
+class ShareIn(In):
     milli_gpu: int = Field(default=0, ge=0, le=1000, description="thousandths of one GPU")
     memory_mib: MiB = Field(
         default=0, ge=0, le=10_000_000, validation_alias=_named("memory", "memory_mib"), description="GPU memory: 20Gi"
     )
 
 
-class TopologyIn(_In):
+class TopologyIn(In):
     scope: Literal["nvlink", "leaf", "su", "any"] = "any"
     mode: Literal["required", "preferred", "any"] = "preferred"
 
 
-class ElasticGpusIn(_In):
+class ElasticGpusIn(In):
     min: int = Field(ge=1, le=4096, description="the fewest GPUs it may run at")
     max: int = Field(ge=1, le=4096, description="the most GPUs it may run at")
     step: int = Field(default=1, ge=1, le=4096, description="sizes are min, min+step, ... (those on its curve)")
 
 
-class ElasticIn(_In):
+class ElasticIn(In):
     """The GPU counts the job may run at and how fast it runs at each: the scheduler resizes it (a checkpoint
     signal, a stop, a relaunch at the new size) to give it the fewest GPUs that meet its deadline."""
 
@@ -151,7 +129,7 @@ class ElasticIn(_In):
 RetryCause = Literal["failure", "node_lost", "preemption"]
 
 
-class RetryIn(_In):
+class RetryIn(In):
     """Run the job again up to ``count`` more times when a run ends for a cause in ``on``."""
 
     count: int = Field(ge=0, le=100)
@@ -161,7 +139,7 @@ class RetryIn(_In):
 DependencyKindName = Literal["after", "afterok", "afternotok", "afterany"]
 
 
-class DependencyIn(_In):
+class DependencyIn(In):
     """Start only once the named jobs (job ids, array ids for all their elements, or ``ARRAY_INDEX``) did as
     ``kind`` says: Slurm's after, afterok, afternotok, afterany."""
 
@@ -169,7 +147,7 @@ class DependencyIn(_In):
     jobs: list[Text] = Field(min_length=1, max_length=1024)
 
 
-class MountIn(_In):
+class MountIn(In):
     """A node's path bound into the job's container (``image``)."""
 
     source: Text = Field(min_length=1, max_length=4096)
@@ -177,7 +155,7 @@ class MountIn(_In):
     read_only: bool = False
 
 
-class JobSubmit(_In):
+class JobSubmit(In):
     """A job as a tenant submits it (the job file's fields). ``command`` is an argv list, run without a shell."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, title="gpupool job")
@@ -332,20 +310,20 @@ def _check(rule: Callable[[], object]) -> None:
         raise ValueError(str(e)) from None
 
 
-class GpuOut(_Out):
+class GpuOut(Out):
     index: int
     model: str
     memory_mib: int
     health: str
 
 
-class HcaOut(_Out):
+class HcaOut(Out):
     name: str
     guid: str
     rate_gbps: float
 
 
-class NodeOut(_Out):
+class NodeOut(Out):
     name: str
     state: Literal["up", "drained", "lost"]
     gpu_model: str
@@ -356,8 +334,9 @@ class NodeOut(_Out):
     last_heartbeat_s: float | None
     heartbeat_age_s: float | None
     agent_url: str
-    agent_labels: dict[str, str] = {}  # configured on the node (--label, a labels file) and derived
-    admin_labels: dict[str, str] = {}  # set with gpupool label / PATCH /v1/nodes/{name}/labels
+    # Pydantic copies a mutable default per instance (RUF012 cannot see that ``Out`` is a pydantic model).
+    agent_labels: dict[str, str] = {}  # noqa: RUF012 configured on the node (--label, a labels file) and derived
+    admin_labels: dict[str, str] = {}  # noqa: RUF012 set with gpupool label / PATCH /v1/nodes/{name}/labels
     gpus_allocated: float = (
         0.0  # held by ranks (releasing ones too, until their process is gone); shares count a fraction
     )
@@ -365,7 +344,7 @@ class NodeOut(_Out):
     state_reason: str = ""  # why it is drained or lost (the reason of its last state change)
 
 
-class LabelsIn(_In):
+class LabelsIn(In):
     """Admin labels to set (``key: value``) and to remove (keys), in one audited change."""
 
     set: dict[Text, Text] = Field(default_factory=dict, max_length=256)
@@ -384,27 +363,27 @@ class LabelsIn(_In):
         return keys
 
 
-class LabelsOut(_Out):
+class LabelsOut(Out):
     node: str
     labels: dict[str, str]
     agent_labels: dict[str, str]
     admin_labels: dict[str, str]
 
 
-class NodeList(_Out):
+class NodeList(Out):
     nodes: list[NodeOut]
 
 
-class DrainIn(_In):
+class DrainIn(In):
     reason: Text = Field(default="drained by an operator", max_length=512)
 
 
-class PoolIn(_In):
+class PoolIn(In):
     calendar_toml: Text = Field(default="", max_length=1_000_000)  # the pool calendar, TOML
     expected_version: int | None = Field(default=None, ge=0)
 
 
-class PoolOut(_Out):
+class PoolOut(Out):
     name: str
     calendar_toml: str
     version: int  # 0: not stored (a pool a calendar names, or its jobs use)
@@ -421,25 +400,25 @@ class PoolOut(_Out):
     as_of_s: float | None = None
 
 
-class PoolList(_Out):
+class PoolList(Out):
     pools: list[PoolOut]
 
 
-class TenantIn(_In):
+class TenantIn(In):
     name: Text = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     weight: float = Field(default=1.0, gt=0, le=1e6)
 
 
-class TenantOut(_Out):
+class TenantOut(Out):
     name: str
     weight: float
 
 
-class TenantList(_Out):
+class TenantList(Out):
     tenants: list[TenantOut]
 
 
-class QuotaIn(_In):
+class QuotaIn(In):
     """A tenant's quota in a pool, in whole GPUs (fractional jobs count their share)."""
 
     pool: Text = Field(min_length=1, max_length=128)
@@ -450,7 +429,7 @@ class QuotaIn(_In):
     cohort: Text = Field(default="", max_length=128)
 
 
-class QuotaOut(_Out):
+class QuotaOut(Out):
     tenant: str
     pool: str
     gpu_model: str
@@ -460,145 +439,23 @@ class QuotaOut(_Out):
     cohort: str
 
 
-class QuotaList(_Out):
+class QuotaList(Out):
     quotas: list[QuotaOut]
 
 
-class _Expiry(_In):
-    # At most one of the two (the store says so, naming the field); neither: the token never expires.
-    expires_in_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86_400)
-    expires_at_s: float | None = Field(default=None, gt=0, le=1e12)  # seconds since the epoch
-    note: Text = Field(default="", max_length=256)  # what it is for: shown in listings, never a secret
-
-
-class TokenIn(_Expiry):
-    tenant: Text | None = Field(default=None, min_length=1, max_length=128)
-    admin: bool = False
-
-
-class JoinTokenIn(_Expiry):
-    max_nodes: int | None = Field(default=None, ge=1, le=1_000_000)  # new node names it may register; None: any
-
-
-class TokenOut(_Out):
-    token: str  # the clear text: shown once, never stored
-    id: str
-    expires_s: float | None = None
-
-
-TokenState = Literal["active", "expired", "revoked"]
-
-
-class TokenInfoOut(_Out):
-    """An API token as listed: never its secret."""
-
-    id: str
-    tenant: str | None
-    admin: bool
-    note: str
-    created_s: float
-    expires_s: float | None
-    revoked_s: float | None
-    state: TokenState
-
-
-class TokenList(_Out):
-    tokens: list[TokenInfoOut]
-
-
-class JoinTokenInfoOut(_Out):
-    id: str
-    note: str
-    created_s: float
-    expires_s: float | None
-    revoked_s: float | None
-    max_nodes: int | None
-    used_nodes: int  # new node names it registered
-    state: TokenState
-
-
-class JoinTokenList(_Out):
-    join_tokens: list[JoinTokenInfoOut]
-
-
-class UsageRow(_Out):
-    tenant: str
-    gpu_model: str
-    pool: str
-    gpu_seconds: float
-
-
-class UsageOut(_Out):
-    from_s: float
-    to_s: float
-    usage: list[UsageRow]
-
-
-class FabricOut(_Out):
+class FabricOut(Out):
     version: int
     document: dict[str, object]
 
 
-class ErrorOut(_Out):
+class ErrorOut(Out):
     code: str
     message: str
     reason: str | None = None  # STORE_UNAVAILABLE: unreachable, busy, read_only, disk_full, io_error, corrupt, replaced
 
 
-class HealthOut(_Out):
+class HealthOut(Out):
     ok: bool
     leader: bool
     store_writable: bool = True
     store_reason: str = ""  # why not: unreachable, busy, read_only, disk_full, io_error, corrupt, replaced
-
-
-class AccountingOut(_Out):
-    """One run of a job (a retried job has one per attempt) with its GPU time in the window asked for."""
-
-    job_id: str
-    attempt: int
-    name: str
-    tenant: str
-    user: str  # who submitted it (its token's actor)
-    pool: str
-    gpu_model: str
-    gpus: float
-    hosts: list[str]
-    submit_s: float
-    start_s: float | None
-    end_s: float | None
-    elapsed_s: float  # start to end (to now while it runs); 0 if it never started
-    state: str
-    exit_code: int | None
-    gpu_hours: float  # in the window
-
-
-class AccountingPage(_Out):
-    from_s: float
-    to_s: float
-    records: list[AccountingOut]
-    next_offset: int | None  # where the next page starts; None: this was the last
-
-
-class StatementLineOut(_Out):
-    gpu_model: str
-    pool: str
-    gpu_hours: float
-    per_gpu_hour: float | None
-    cost: float | None  # None: no rate on the card matched
-
-
-class TenantStatement(_Out):
-    tenant: str
-    lines: list[StatementLineOut]
-    gpu_hours: float
-    total: float  # the priced lines' cost
-    unpriced: bool  # some usage matched no rate
-
-
-class StatementOut(_Out):
-    month: str
-    from_s: float
-    to_s: float
-    currency: str
-    tenants: list[TenantStatement]

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from gpupool.schemas.base import Out
 
 StateName = Literal["pending", "placed", "running", "finished", "failed", "cancelled", "timeout"]
 JobSortName = Literal["default", "submitted", "name", "state", "tenant", "gpus", "runtime"]
 RankState = Literal["placed", "launched", "started", "exited", "lost", "releasing", "ended"]
-
-
-class Out(BaseModel):
-    model_config = ConfigDict(frozen=True)
 
 
 class JobOut(Out):
@@ -79,7 +77,7 @@ class RankOut(Out):
 class JobDetail(JobOut):
     """``GET /v1/jobs/{id}``: a job with its ranks."""
 
-    ranks: list[RankOut] = []
+    ranks: list[RankOut] = []  # noqa: RUF012 pydantic copies a mutable default per instance
 
 
 class AttemptOut(Out):

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query
 from gpupool.domain.errors import InputError, ParseError
 from gpupool.domain.rates import RateCard, parse_rate_card, statement, totals
 from gpupool.domain.units import month_window
-from gpupool.schemas import api
+from gpupool.schemas import accounts
 from gpupool.server.routes import ForbiddenError, Srv, Who
 from gpupool.store import Principal
 from gpupool.store.records import AccountingRecord
@@ -33,10 +33,10 @@ def _tenant(who: Principal, asked: str | None) -> str | None:
     return who.tenant
 
 
-def _out(r: AccountingRecord, now: float) -> api.AccountingOut:
+def _out(r: AccountingRecord, now: float) -> accounts.AccountingOut:
     run = r.run
     end = run.ended_s if run.ended_s is not None else now
-    return api.AccountingOut(
+    return accounts.AccountingOut(
         job_id=run.job_id,
         attempt=run.attempt,
         name=r.name,
@@ -56,7 +56,7 @@ def _out(r: AccountingRecord, now: float) -> api.AccountingOut:
     )
 
 
-@router.get("/jobs", response_model=api.AccountingPage)
+@router.get("/jobs", response_model=accounts.AccountingPage)
 def accounting_jobs(
     srv: Srv,
     who: Who,
@@ -65,13 +65,13 @@ def accounting_jobs(
     tenant: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-) -> api.AccountingPage:
+) -> accounts.AccountingPage:
     """Per-run accounting records in a window, paged; a tenant sees its own."""
     now = srv.clock()
     to = now if to_s is None else to_s
     start = max(0.0, to - 86_400.0) if from_s is None else from_s
     records = srv.store.accounting(start, to, _tenant(who, tenant), offset=offset, limit=limit + 1)
-    return api.AccountingPage(
+    return accounts.AccountingPage(
         from_s=start,
         to_s=to,
         records=[_out(r, now) for r in records[:limit]],
@@ -90,13 +90,13 @@ def load_rate_card(path: str) -> RateCard:
     return parse_rate_card(data, path)
 
 
-@router.get("/statement", response_model=api.StatementOut)
+@router.get("/statement", response_model=accounts.StatementOut)
 def monthly_statement(
     srv: Srv,
     who: Who,
     month: Annotated[str, Query(min_length=7, max_length=7, description="YYYY-MM, UTC")],
     tenant: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
-) -> api.StatementOut:
+) -> accounts.StatementOut:
     """A month's usage priced by the rate card, per tenant."""
     start, end = month_window(month, "query.month")
     card = load_rate_card(srv.settings.rate_card_path)
@@ -104,16 +104,16 @@ def monthly_statement(
     usage = [(u.tenant, u.gpu_model, u.pool, u.gpu_seconds) for u in srv.store.usage(start, end)]
     lines = statement([u for u in usage if whose is None or u[0] == whose], card)
     sums = totals(lines)
-    return api.StatementOut(
+    return accounts.StatementOut(
         month=month,
         from_s=start,
         to_s=end,
         currency=card.currency,
         tenants=[
-            api.TenantStatement(
+            accounts.TenantStatement(
                 tenant=t,
                 lines=[
-                    api.StatementLineOut(
+                    accounts.StatementLineOut(
                         gpu_model=ln.gpu_model,
                         pool=ln.pool,
                         gpu_hours=ln.gpu_hours,

@@ -23,7 +23,7 @@ from gpupool.domain.jobs import DependencyKind
 from gpupool.domain.sharing import Quota
 from gpupool.domain.states import JobState, NodeState
 from gpupool.fabric import jsonio
-from gpupool.schemas import api
+from gpupool.schemas import accounts, api
 from gpupool.server.agentlogs import AgentUnreachableError, LogFetcher, log_key
 from gpupool.server.auth import actor
 from gpupool.server.convert import array_elements, attempt_out, job_out, to_spec
@@ -504,21 +504,22 @@ def quota_out(q: Quota) -> api.QuotaOut:
 
 
 # -- usage -----------------------------------------------------------------------------------------------------
-@router.get("/usage", response_model=api.UsageOut)
+@router.get("/usage", response_model=accounts.UsageOut)
 def usage(
     srv: Srv,
     who: Who,
     from_s: Annotated[float | None, Query(alias="from", ge=0, le=1e12)] = None,
     to_s: Annotated[float | None, Query(alias="to", ge=0, le=1e12)] = None,
-) -> api.UsageOut:
+) -> accounts.UsageOut:
     """GPU-seconds per tenant, GPU model and pool in a time window."""
     to = srv.clock() if to_s is None else to_s
     start = max(0.0, to - 86_400.0) if from_s is None else from_s
     rows = [u for u in srv.store.usage(start, to) if who.admin or u.tenant == who.tenant]
-    return api.UsageOut(
+    return accounts.UsageOut(
         from_s=start,
         to_s=to,
         usage=[
-            api.UsageRow(tenant=u.tenant, gpu_model=u.gpu_model, pool=u.pool, gpu_seconds=u.gpu_seconds) for u in rows
+            accounts.UsageRow(tenant=u.tenant, gpu_model=u.gpu_model, pool=u.pool, gpu_seconds=u.gpu_seconds)
+            for u in rows
         ],
     )

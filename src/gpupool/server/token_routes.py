@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from gpupool.schemas import api
+from gpupool.schemas import accounts
 from gpupool.server.auth import actor
 from gpupool.server.routes import Admin, Srv
 from gpupool.store.tokens import JoinTokenInfo, TokenInfo
@@ -19,14 +19,14 @@ from gpupool.store.tokens import JoinTokenInfo, TokenInfo
 router = APIRouter(prefix="/v1")
 
 
-def _state(revoked_s: float | None, expires_s: float | None, now: float) -> api.TokenState:
+def _state(revoked_s: float | None, expires_s: float | None, now: float) -> accounts.TokenState:
     if revoked_s is not None:
         return "revoked"
     return "expired" if expires_s is not None and now >= expires_s else "active"
 
 
-def _out(t: TokenInfo, now: float) -> api.TokenInfoOut:
-    return api.TokenInfoOut(
+def _out(t: TokenInfo, now: float) -> accounts.TokenInfoOut:
+    return accounts.TokenInfoOut(
         id=t.id,
         tenant=t.tenant,
         admin=t.admin,
@@ -38,8 +38,8 @@ def _out(t: TokenInfo, now: float) -> api.TokenInfoOut:
     )
 
 
-def _join_out(t: JoinTokenInfo, now: float) -> api.JoinTokenInfoOut:
-    return api.JoinTokenInfoOut(
+def _join_out(t: JoinTokenInfo, now: float) -> accounts.JoinTokenInfoOut:
+    return accounts.JoinTokenInfoOut(
         id=t.id,
         note=t.note,
         created_s=t.created_s,
@@ -51,17 +51,17 @@ def _join_out(t: JoinTokenInfo, now: float) -> api.JoinTokenInfoOut:
     )
 
 
-@router.get("/tokens", response_model=api.TokenList)
+@router.get("/tokens", response_model=accounts.TokenList)
 def list_tokens(
     srv: Srv, who: Admin, tenant: Annotated[str | None, Query(min_length=1, max_length=128)] = None
-) -> api.TokenList:
+) -> accounts.TokenList:
     """API tokens (admin): ids, tenants, states and expiries, never the secrets."""
     now = srv.clock()
-    return api.TokenList(tokens=[_out(t, now) for t in srv.store.list_tokens(tenant)])
+    return accounts.TokenList(tokens=[_out(t, now) for t in srv.store.list_tokens(tenant)])
 
 
-@router.post("/tokens", response_model=api.TokenOut, status_code=201)
-def create_token(body: api.TokenIn, srv: Srv, who: Admin) -> api.TokenOut:
+@router.post("/tokens", response_model=accounts.TokenOut, status_code=201)
+def create_token(body: accounts.TokenIn, srv: Srv, who: Admin) -> accounts.TokenOut:
     """Make an API token (admin); its secret is in this answer only."""
     info, clear = srv.store.create_token(
         body.tenant,
@@ -71,24 +71,24 @@ def create_token(body: api.TokenIn, srv: Srv, who: Admin) -> api.TokenOut:
         expires_at_s=body.expires_at_s,
         note=body.note,
     )
-    return api.TokenOut(token=clear, id=info.id, expires_s=info.expires_s)
+    return accounts.TokenOut(token=clear, id=info.id, expires_s=info.expires_s)
 
 
-@router.delete("/tokens/{token_id}", response_model=api.TokenInfoOut)
-def revoke_token(token_id: str, srv: Srv, who: Admin) -> api.TokenInfoOut:
+@router.delete("/tokens/{token_id}", response_model=accounts.TokenInfoOut)
+def revoke_token(token_id: str, srv: Srv, who: Admin) -> accounts.TokenInfoOut:
     """Revoke an API token (admin): refused from its next request on every replica."""
     return _out(srv.store.revoke_token(token_id, actor(who)), srv.clock())
 
 
-@router.get("/join-tokens", response_model=api.JoinTokenList)
-def list_join_tokens(srv: Srv, who: Admin) -> api.JoinTokenList:
+@router.get("/join-tokens", response_model=accounts.JoinTokenList)
+def list_join_tokens(srv: Srv, who: Admin) -> accounts.JoinTokenList:
     """Agent join tokens (admin)."""
     now = srv.clock()
-    return api.JoinTokenList(join_tokens=[_join_out(t, now) for t in srv.store.list_join_tokens()])
+    return accounts.JoinTokenList(join_tokens=[_join_out(t, now) for t in srv.store.list_join_tokens()])
 
 
-@router.post("/join-tokens", response_model=api.TokenOut, status_code=201)
-def create_join_token(body: api.JoinTokenIn, srv: Srv, who: Admin) -> api.TokenOut:
+@router.post("/join-tokens", response_model=accounts.TokenOut, status_code=201)
+def create_join_token(body: accounts.JoinTokenIn, srv: Srv, who: Admin) -> accounts.TokenOut:
     """Make a join token with which new agents register (admin)."""
     info, clear = srv.store.create_join_token(
         actor(who),
@@ -97,10 +97,10 @@ def create_join_token(body: api.JoinTokenIn, srv: Srv, who: Admin) -> api.TokenO
         max_nodes=body.max_nodes,
         note=body.note,
     )
-    return api.TokenOut(token=clear, id=info.id, expires_s=info.expires_s)
+    return accounts.TokenOut(token=clear, id=info.id, expires_s=info.expires_s)
 
 
-@router.delete("/join-tokens/{token_id}", response_model=api.JoinTokenInfoOut)
-def revoke_join_token(token_id: str, srv: Srv, who: Admin) -> api.JoinTokenInfoOut:
+@router.delete("/join-tokens/{token_id}", response_model=accounts.JoinTokenInfoOut)
+def revoke_join_token(token_id: str, srv: Srv, who: Admin) -> accounts.JoinTokenInfoOut:
     """Revoke a join token (admin)."""
     return _join_out(srv.store.revoke_join_token(token_id, actor(who)), srv.clock())

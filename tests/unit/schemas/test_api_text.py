@@ -7,18 +7,30 @@ import typing
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from gpupool.schemas import api
+from gpupool.schemas import accounts, admin, api, base
 
 
 def _inputs() -> list[type[BaseModel]]:
-    return [m for m in vars(api).values() if isinstance(m, type) and issubclass(m, api._In) and m is not api._In]
+    """Every request model of every schemas module (subclasses of subclasses too)."""
+    found: list[type[BaseModel]] = []
+    todo = list(base.In.__subclasses__())
+    while todo:
+        model = todo.pop()
+        found.append(model)
+        todo.extend(model.__subclasses__())
+    return sorted(set(found), key=lambda m: (m.__module__, m.__name__))
+
+
+def test_the_request_models_of_every_schemas_module_are_checked() -> None:
+    modules = {m.__module__ for m in _inputs()}
+    assert {api.__name__, admin.__name__, accounts.__name__} <= modules, modules
 
 
 def _strings_are_text(annotation: object) -> bool:
     """False if ``annotation`` holds a plain ``str`` anywhere (in a list, a dict key or value, an optional)."""
     if annotation is str:
         return False
-    if annotation == api.Text:
+    if annotation == base.Text:
         return True
     return all(_strings_are_text(arg) for arg in typing.get_args(annotation) if not isinstance(arg, str))
 
