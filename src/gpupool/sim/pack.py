@@ -30,6 +30,7 @@ from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec, TaskAllocati
 from gpupool.scheduler import SchedulerConfig, ScheduleRequest, schedule
 from gpupool.scheduler.capacity import Capacity
 from gpupool.scheduler.fragmentation import QUEUE_HORIZON, QueueMixes, cycle_mix, frag_pick_cpu
+from gpupool.scheduler.placers import get_placer
 from gpupool.scheduler.telemetry import penalties
 from gpupool.scheduler.types import RequestType, TelemetryWeights
 from gpupool.sim.fabrics import nodes_fabric
@@ -138,6 +139,7 @@ def pack(
     # The request mix the ``frag`` placer would read from a queue holding the next ``lookahead`` GPU pods.
     gpu_specs = [s for s in specs if s is not None]
     mix_at = QueueMixes(gpu_specs, per_host, horizon, lookahead).at
+    uses_mix = get_placer(placement).uses_mix  # the placer reads the request mix (``frag``): give it one
 
     cfg = SchedulerConfig(policy="fifo", placer=placement, strict=True, max_placements_per_cycle=1, seed=seed)
     arrived = allocated = 0
@@ -149,14 +151,14 @@ def pack(
         arrived += request_milli(pod)
         if spec is None:
             cpu_only += 1
-            h = _cpu_host(state, pod, mix_at(k) if placement == "frag" else None)
+            h = _cpu_host(state, pod, mix_at(k) if uses_mix else None)
             if h is not None:
                 task = TaskAllocation(fabric.hosts[h].name, (), 0, 0, pod.cpu_milli, pod.memory_mib)
                 job = JobSpec(pod.job_id, float(i), gpus_per_task=1, cpu_millicores=pod.cpu_milli)
                 state.apply(JobSubmitted(job, float(i)))
                 state.apply(JobPlaced(Allocation(pod.job_id, (task,)), float(i)))
         else:
-            given = mix_at(k) if placement == "frag" else ()
+            given = mix_at(k) if uses_mix else ()
             k += 1
             state.apply(JobSubmitted(spec, float(i)))
             res = schedule(ScheduleRequest(state.snapshot(), (spec,), float(i), cfg, workload_mix=given))
