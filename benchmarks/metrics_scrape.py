@@ -19,11 +19,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import httpx
 
 from gpupool.fabric import jsonio
 from gpupool.fabric.generators import superpod
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from webcluster import inventory
 
 TOKEN = "bench-admin-token"
 LAUNCHER = r"""
@@ -46,13 +50,8 @@ def seed(c: httpx.Client, sus: int) -> tuple[int, int]:
     c.put("/v1/fabric", json=jsonio.to_dict(fabric)).raise_for_status()
     join = c.post("/v1/join-tokens", json={}).json()["token"]
     for n, host in enumerate(fabric.hosts):
-        hcas = [fabric.hcas[fabric.hca_index(g)] for g in host.hcas]
-        inventory = {
-            "host": host.name,
-            "gpus": [{"index": g.index, "model": g.model, "memory_mib": g.memory_mib} for g in host.gpus],
-            "hcas": [{"name": h.name, "guid": h.guid, "rate_gbps": h.rate_gbps} for h in hcas],
-        }
-        r = c.post("/v1/agents/register", json=inventory, headers={"Authorization": f"Bearer {join}"})
+        body = inventory(fabric, host)
+        r = c.post("/v1/agents/register", json=body, headers={"Authorization": f"Bearer {join}"})
         r.raise_for_status()
         node = {"Authorization": f"Bearer {r.json()['node_token']}"}
         beat = {
@@ -70,14 +69,14 @@ def seed(c: httpx.Client, sus: int) -> tuple[int, int]:
             ],
             "ports": [
                 {
-                    "hca": h.name,
+                    "hca": h["name"],
                     "state": "up",
                     "xmit_gbps": 100.0,
                     "rcv_gbps": 100.0,
                     "xmit_wait_per_s": 1.0,
                     "errors_per_s": 0.0,
                 }
-                for h in hcas
+                for h in body["hcas"]
             ],
             "xids": [{"gpu": 0, "code": 48, "at_s": time.time()}] if n % 100 == 0 else [],
         }

@@ -110,19 +110,25 @@ def _nodes(store: Store, fabric: Any, skip: set[str]) -> None:
             store.upsert_node(host.name, gpu_model=host.gpus[0].model, gpu_count=host.gpu_count, actor="seed")
 
 
+def inventory(fabric: Any, host: Any) -> dict[str, Any]:
+    """The body of ``POST /v1/agents/register`` for ``host`` of ``fabric``: its GPUs and HCAs as an agent's
+    probes would report them."""
+    hcas = [fabric.hcas[fabric.hca_index(g)] for g in host.hcas]
+    return {
+        "host": host.name,
+        "gpus": [{"index": g.index, "model": g.model, "memory_mib": g.memory_mib} for g in host.gpus],
+        "hcas": [{"name": h.name, "guid": h.guid, "rate_gbps": h.rate_gbps} for h in hcas],
+    }
+
+
 def _register(c: httpx.Client, fabric: Any, only: set[str]) -> dict[str, str]:
     join = c.post("/v1/join-tokens", json={}).json()["token"]
     node_tokens = {}
     for host in fabric.hosts:
         if host.name not in only:
             continue
-        hcas = [fabric.hcas[fabric.hca_index(g)] for g in host.hcas]
-        inventory = {
-            "host": host.name,
-            "gpus": [{"index": g.index, "model": g.model, "memory_mib": g.memory_mib} for g in host.gpus],
-            "hcas": [{"name": h.name, "guid": h.guid, "rate_gbps": h.rate_gbps} for h in hcas],
-        }
-        r = c.post("/v1/agents/register", json=inventory, headers={"Authorization": f"Bearer {join}"})
+        body = inventory(fabric, host)
+        r = c.post("/v1/agents/register", json=body, headers={"Authorization": f"Bearer {join}"})
         assert r.status_code == 200, r.text
         node_tokens[host.name] = r.json()["node_token"]
     return node_tokens
