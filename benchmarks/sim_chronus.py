@@ -2,6 +2,11 @@
 
     python benchmarks/sim_chronus.py --hours 2 --gpus 512
     python benchmarks/sim_chronus.py --hours 6 --gpus 64 --arms edf     # the whole trace, a long queue
+    python benchmarks/sim_chronus.py --gpus 960 --arms default --jobs-out /tmp/cj   # + each job's outcome
+
+``--jobs-out DIR`` writes each arm's jobs (``DIR/<arm>[+preemptible].csv``: job id, kind, start, end, deadline,
+outcome met / missed / refused) for ``benchmarks/chronus_join.py``, which sets them beside the per-job file
+of Chronus' own artifact.
 
 The trace (Philly-derived, 30,940 jobs over 5.6 h, strict and best-effort) is cut to the jobs submitted in
 the first ``--hours`` and run on a leaf/spine cluster of ``--gpus`` H100s (8 per host). Every arm gives
@@ -15,6 +20,7 @@ priority rises as its slack shrinks). Jobs refused or still waiting count as mis
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import time
@@ -23,7 +29,9 @@ from pathlib import Path
 
 from gpupool.scheduler import BackfillMode
 from gpupool.scheduler.settings import SchedulerSettings
+from gpupool.sim.engine import SimResult
 from gpupool.sim.fabrics import uniform_fabric
+from gpupool.sim.metrics import deadline_met
 from gpupool.sim.runner import simulate
 from gpupool.sim.traces import load_trace
 
@@ -42,6 +50,27 @@ ARMS = {
 }
 
 
+def _t(x: float | None) -> str:
+    return "" if x is None else f"{x:.3f}"
+
+
+def write_jobs(result: SimResult, path: Path) -> None:
+    """One row per job: a job with a deadline is met, missed (ended late or never ended) or refused (never
+    started: deadline admission kept it waiting); a best-effort job has no outcome."""
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(("job_id", "kind", "gpus", "submit_s", "start_s", "end_s", "deadline_s", "duration_s", "runtime_factor", "preemptions", "outcome"))  # fmt: skip
+        for r in result.records:
+            if r.deadline_s is None:
+                outcome = ""
+            elif r.start_s is None:
+                outcome = "refused"
+            else:
+                outcome = "met" if deadline_met(r) else "missed"
+            w.writerow((r.job_id, r.deadline_kind.value, f"{r.gpus:g}", _t(r.submit_s), _t(r.start_s), _t(r.end_s),
+                        _t(r.deadline_s), _t(r.duration_s), f"{r.slowdown_factor:.4f}", r.preemptions, outcome))  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", type=Path, default=MIX1)
@@ -53,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="submit every job preemptible (Chronus preempts its jobs at lease ends; a trace does not say)",
     )
+    ap.add_argument("--jobs-out", type=Path, help="write each arm's per-job outcomes to DIR/<arm>[+preemptible].csv")
     args = ap.parse_args(argv)
+    if args.jobs_out is not None:
+        args.jobs_out.mkdir(parents=True, exist_ok=True)
     full = load_trace(args.trace, "chronus")
     trace = replace(full, jobs=tuple(j for j in full.jobs if j.submit_s < args.hours * 3600.0))
     fabric = uniform_fabric(args.gpus, 8)
@@ -63,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         m = out.metrics
         refused = sum(1 for r in out.result.records if r.start_s is None)
         cpu = time.process_time() - cpu
+        if args.jobs_out is not None:
+            write_jobs(out.result, args.jobs_out / f"{arm}{'+preemptible' if args.preemptible else ''}.csv")
         print(json.dumps({
             "arm": arm, "preemptible": args.preemptible, "gpus": fabric.gpu_count, "hours": args.hours, "jobs": m["jobs"], "finished": m["finished"],
             "strict_met_ratio": m["deadline_met_ratio_by_class"].get("strict"), "deadline_jobs": m["deadline_jobs"],
