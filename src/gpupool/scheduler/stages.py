@@ -18,6 +18,7 @@ from gpupool.domain.dependencies import Verdict, dependency_verdict
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
 from gpupool.scheduler.backfill import reserve
 from gpupool.scheduler.cyclestate import Ask, Cycle, Wide
+from gpupool.scheduler.deadlines import at_risk as deadline_at_risk
 from gpupool.scheduler.diagnose import diagnose, never_fits
 from gpupool.scheduler.placement import make_need
 from gpupool.scheduler.preemption import Candidate, candidate, find_victims
@@ -159,13 +160,12 @@ def who(cy: Cycle, ask: Ask) -> Who | None:
 
 
 def at_risk(cy: Cycle, ask: Ask) -> bool:
-    """A deadline job that can still meet its deadline if placed now, with less slack than ``deadline_at_risk``
-    of its runtime: waiting for running jobs to end would likely make it late, so it may preempt."""
+    """A deadline job that can still meet its deadline if placed now, with little slack (``deadlines.at_risk``):
+    waiting for running jobs to end would likely make it late, so it may preempt."""
     dl = ask.job.deadline_s
     if dl is None:
         return False
-    slack = dl - cy.now - cy.sh.launch_latency_s - ask.runtime_s
-    return 0.0 <= slack <= cy.sh.deadline_at_risk * ask.runtime_s
+    return deadline_at_risk(dl - cy.now - cy.sh.launch_latency_s - ask.runtime_s, ask.runtime_s, cy.sh.deadline_at_risk)
 
 
 def reservation_key(cy: Cycle, ask: Ask) -> ReservationKey | None:
@@ -252,7 +252,8 @@ def candidates(cy: Cycle, ask: Ask) -> list[Candidate]:
     """Running jobs this job may preempt, each with its reason: borrowers of its pool's hosts (POOL_RECLAIM),
     borrowers of its cohort when it is within its nominal quota (QUOTA_RECLAIM), preemptible jobs of lower
     priority (PRIORITY), preemptible jobs without a deadline when it is a deadline job at risk (DEADLINE: they
-    checkpoint and run again later, it would miss), preemptible jobs ranked after it by service
+    checkpoint and run again later, it would miss; however young they are, as the cheapest victims, those
+    with the least work to lose, go first), preemptible jobs ranked after it by service
     (ATTAINED_SERVICE)."""
     job, pre, cap, now = ask.job, cy.sh.preemption, cy.cap, cy.now
     risk = at_risk(cy, ask)
@@ -297,8 +298,7 @@ def candidates(cy: Cycle, ask: Ask) -> list[Candidate]:
             and r.spec.preemptible
             and r.spec.deadline_s is None
             and r.spec.priority <= job.priority
-            and r.runtime_s(now) >= pre.min_runtime_s
-        ):
+        ):  # no min runtime: the youngest victims go first, they lose the least work
             reason = ReasonCode.DEADLINE
         if reason is None and pre.by_service and r.spec.preemptible:
             rank = cy.running_rank(r)

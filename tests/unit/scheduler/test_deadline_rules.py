@@ -8,6 +8,7 @@ from test_sharing_rules import go, reasons, start
 
 from gpupool.cluster import ClusterState
 from gpupool.scheduler import ReasonCode, SchedulerConfig, ScheduleRequest, SharingPolicy
+from gpupool.scheduler.deadlines import AT_RISK_MIN_S, Verdict, admit
 from gpupool.scheduler.policies import get_policy, order
 from gpupool.scheduler.settings import SchedulerSettings, sharing_policy
 
@@ -37,6 +38,40 @@ def test_a_deadline_job_at_risk_preempts_a_preemptible_job_without_a_deadline() 
     r = go(state, [tight], 1000.0, sh)
     assert [(p.job_id, p.reason) for p in r.preemptions] == [("be", ReasonCode.DEADLINE)]
     assert reasons(r)["dl"] is ReasonCode.PREEMPTING
+
+
+def test_a_deadline_job_at_risk_takes_a_young_victim_the_min_runtime_does_not_spare() -> None:
+    """The victim has run 100 s, under ``preemption_min_runtime_s`` (300 s): a peer could not take it, a deadline
+    job about to miss does (the youngest lose the least work)."""
+    state = _full_of(best_effort_preemptible=True)
+    sh = SharingPolicy(deadline_admission=True)
+    assert sh.preemption.min_runtime_s == 300.0
+    tight = make_job("dl", gpus=8, t=90.0, estimated_runtime_s=1000.0, deadline_s=100.0 + 1000.0 + 50.0)
+    r = go(state, [tight], 100.0, sh)
+    assert [(p.job_id, p.reason) for p in r.preemptions] == [("be", ReasonCode.DEADLINE)]
+
+
+def test_a_short_deadline_job_is_at_risk_for_at_least_half_a_minute() -> None:
+    """28 s of work: 10% of its runtime is 2.8 s, a window the cycles (at the cluster's events) can step over;
+    with 20 s to spare it is at risk (AT_RISK_MIN_S) and preempts, with 40 s it waits (Chronus MIX1 job 5216)."""
+    assert AT_RISK_MIN_S == 30.0
+    sh = SharingPolicy(deadline_admission=True, launch_latency_s=0.0)
+    short = make_job("dl", gpus=8, t=990.0, estimated_runtime_s=28.0, deadline_s=1000.0 + 28.0 + 20.0)
+    r = go(_full_of(best_effort_preemptible=True), [short], 1000.0, sh)
+    assert [(p.job_id, p.reason) for p in r.preemptions] == [("be", ReasonCode.DEADLINE)]
+    spare = make_job("dl", gpus=8, t=990.0, estimated_runtime_s=28.0, deadline_s=1000.0 + 28.0 + 40.0)
+    assert go(_full_of(best_effort_preemptible=True), [spare], 1000.0, sh).preemptions == ()
+
+
+def test_admission_says_at_risk_by_the_same_rule() -> None:
+    state = ClusterState(make_fabric(1, 1))
+    sh = SharingPolicy(launch_latency_s=0.0)
+    snap = state.snapshot()
+    for spare_s, verdict in ((20.0, Verdict.AT_RISK), (40.0, Verdict.FEASIBLE), (-1.0, Verdict.INFEASIBLE)):
+        job = make_job("dl", gpus=1, estimated_runtime_s=28.0, deadline_s=28.0 + spare_s)
+        assert admit(snap, job, [], 0.0, sh).verdict is verdict
+    long = make_job("dl", gpus=1, estimated_runtime_s=1000.0, deadline_s=1000.0 + 90.0)  # under 10% of 1000 s
+    assert admit(snap, long, [], 0.0, sh).verdict is Verdict.AT_RISK
 
 
 def test_no_deadline_preemption_with_slack_to_spare_for_a_service_or_for_another_deadline() -> None:
