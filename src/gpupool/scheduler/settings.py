@@ -81,7 +81,9 @@ class SchedulerSettings:
     # What the scheduler expects between a placement and the job running (benchmarks/launch_latency.py; the
     # simulator's world default): deadline admission counts it.
     launch_latency_s: float = 0.4
-    deadline_at_risk: float = 0.1  # /why says "at risk" when the predicted slack is under this share of the runtime
+    # A deadline job is "at risk" (/why; it may preempt) when its slack is under this share of its runtime or
+    # under 30 s (``deadlines.AT_RISK_MIN_S``).
+    deadline_at_risk: float = 0.1
     slack_boost_at: tuple[float, ...] = (2.0, 0.5)  # ``slack``: slack / runtime ratios that raise priority by one
     # Tenants and pools.
     lend_pools: bool = True  # jobs may borrow other pools' idle hosts (reclaimed when the owner needs them)
