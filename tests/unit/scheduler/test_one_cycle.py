@@ -25,15 +25,16 @@ from gpupool.scheduler.telemetry import penalties
 def _exact(job: JobSpec) -> JobSpec:
     """The job made monotone (``refusals.monotone``): the reference remembered every refusal of a shape for
     the rest of the cycle, also of bounded searches (rail-aligned gangs, required-scope shares), which the
-    one cycle searches again after a placement, as deciding afresh would. Only those may differ."""
+    one cycle searches again after a placement, as deciding afresh would. Only those may differ. Every rule
+    that applies is applied (a rail-aligned gang that requires no scope used to keep its requirement)."""
     if job.share is not None and job.topology.required:
-        return replace(job, topology=TopologyRequirement(job.topology.scope, TopologyMode.PREFERRED))
+        job = replace(job, topology=TopologyRequirement(job.topology.scope, TopologyMode.PREFERRED))
     if job.rail_aligned and job.tasks > 1:
-        return replace(job, rail_aligned=False)
+        job = replace(job, rail_aligned=False)
     if job.topology == TopologyRequirement(Scope.ANY, TopologyMode.REQUIRED):
         # Issue 20: required with no scope named means the smallest domain that holds the gang
         # (scheduler.topowait), which the reference does not know; there it meant anywhere.
-        return replace(job, topology=TopologyRequirement(Scope.ANY, TopologyMode.PREFERRED))
+        job = replace(job, topology=TopologyRequirement(Scope.ANY, TopologyMode.PREFERRED))
     return job
 
 
