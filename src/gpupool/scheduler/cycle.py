@@ -22,25 +22,13 @@ import dataclasses
 
 from gpupool.domain.errors import JobSpecError
 from gpupool.domain.jobs import JobSpec
-from gpupool.scheduler.cyclestate import UNDIAGNOSED, Ask, Cycle, Wide
+from gpupool.scheduler.cyclestate import UNDIAGNOSED, Ask, Cycle
 from gpupool.scheduler.fragmentation import cycle_mix
-from gpupool.scheduler.grouped import run_groups
+from gpupool.scheduler.grouped import groups_decide, run_groups
 from gpupool.scheduler.policies import order
-from gpupool.scheduler.refusals import LATER, Outcome
 from gpupool.scheduler.shapes import shape
-from gpupool.scheduler.stages import (
-    admit,
-    backfill,
-    diagnose_waiting,
-    limits,
-    outcome_key,
-    place,
-    preempt,
-    reclaim,
-    reservation_key,
-    reserved,
-)
-from gpupool.scheduler.types import Ending, ReasonCode, ScheduleRequest, ScheduleResult, Waiting, Waits
+from gpupool.scheduler.stages import decide, diagnose_waiting, limits, reclaim
+from gpupool.scheduler.types import ReasonCode, ScheduleRequest, ScheduleResult, Waiting, Waits
 
 
 def schedule(request: ScheduleRequest, *, remember_refusals: bool = True) -> ScheduleResult:
@@ -53,9 +41,10 @@ def schedule(request: ScheduleRequest, *, remember_refusals: bool = True) -> Sch
         view = None
     cy = Cycle(request, remember=remember_refusals, view=view)
     limits(cy)
-    if view is not None and cy.by_shape and not cy.placer.uses_mix:
-        # The caller keeps the queue ordered and grouped (its jobs' ids are unique by construction), and the
-        # shape alone decides: the cycle visits shapes, not jobs. No reclaim: ``by_shape`` means no pools.
+    if view is not None and groups_decide(cy, view):
+        # The caller keeps the queue ordered and grouped (its jobs' ids are unique by construction), and a
+        # job's fate follows its shape and a few numbers of its own: the cycle visits only the jobs whose
+        # outcome can differ from what is known (``scheduler.grouped``). No reclaim: it needs no pools.
         waits = run_groups(cy, view)
     else:
         _unique(request)
@@ -138,45 +127,3 @@ def _held_back(cy: Cycle, job: JobSpec) -> bool:
 
 
 HELD_BACK = frozenset({ReasonCode.DEPENDENCY, ReasonCode.ARRAY_LIMIT})
-
-
-def decide(cy: Cycle, ask: Ask) -> None:
-    """One job through the stages: placed (``cy.allocs``), or waiting with its reason (``cy.waiting``)."""
-    if cy.by_shape:
-        # No admission, pools, preemption or backfill: the shape alone decides, so the refusal of a shape is
-        # its outcome (no outcome memo, no later stages to ask).
-        if not place(cy, ask, (ask.job.tasks,), None):
-            cy.seen.refuse(cy.seen.blocked, ask.shape, Wide(ask.job, cy.cap, ask.base).need)
-            cy.wait_for_capacity(ask.job, ask.shape)
-        return
-    if cy.admits:
-        refused = admit(cy, ask)
-        if isinstance(refused, Ending):
-            cy.endings.append(refused)
-            return
-        if refused is not None:
-            cy.waiting.append(refused)
-            return
-    seen = cy.seen
-    sizes, resv = cy.sizes(ask), reservation_key(cy, ask) if cy.reservations else None
-    okey = outcome_key(cy, ask, sizes, resv)
-    known = seen.answer(seen.outcome, okey)
-    if known is None:
-        if place(cy, ask, sizes, resv):
-            return
-        wide = Wide(ask.job, cy.cap, ask.base)  # the job on its host mask alone, made only if a stage needs it
-        waits = reserved(cy, ask, wide)
-        if waits is not None:
-            seen.answered(seen.outcome, okey, Outcome(waits.reason, waits.message))
-        else:
-            waits = preempt(cy, ask, okey.who) or backfill(cy, ask, wide)
-            if waits is None:
-                seen.answered(seen.outcome, okey, LATER)
-        if waits is not None:
-            cy.waiting.append(waits)
-            return
-        known = LATER
-    if known.reason is None:
-        cy.wait_for_capacity(ask.job, ask.shape)
-    else:
-        cy.waiting.append(Waiting(ask.job.job_id, known.reason, known.message))

@@ -1,18 +1,32 @@
-"""The cycle over a queue grouped by shape: shapes are visited, not jobs, when the shape alone decides.
+"""The cycle over a queue grouped by shape: it visits only the jobs whose outcome can differ from what is known.
 
-With no admission, pools, preemption or backfill (``Cycle.by_shape``), a job is placed or waits for capacity,
-and a shape refused stays refused: for as long as capacity only shrinks (every exact search), or until the
-next placement (bounded searches: ``refusals.monotone``). So the cycle takes the jobs of all shapes in the
-policy's order (a merge of the groups' heads), and a refused shape leaves the merge with all its jobs at
-once; a shape refused until the next placement comes back after it, from the first job after that point.
-Its cost follows what is placed and how many shapes there are, not the queue's length.
+Without pools, quotas, held jobs (dependencies, array caps) or conservative backfill (``groups_decide``), a
+job's fate in a cycle follows its shape, the cycle's state and a few numbers of its own (``JobNumbers``):
 
-It decides exactly what the job-by-job pass (``cycle._run``) decides: the same placements, and for every
-other job the same reason (``tests/unit/scheduler/test_queue.py``):
+- deadline admission: a job that cannot finish by its deadline even if placed now waits, whatever the state;
+- a job that does not fit on its shape's hosts (ignoring reservations) waits for capacity, as does every job
+  of the shape until the state changes (a placement, a preemption, a reservation), and for good when the
+  search is exact (``refusals.monotone``: inside a cycle capacity only shrinks, and a shape that could not
+  reserve cannot either);
+- with the EASY reservation made, a job expected to end after it starts is kept off its hosts: refused there,
+  it waits RESERVED (it fits elsewhere) or for capacity; a job that ends before it is placed as without it;
+- a job that may preempt (one of a higher priority than some preemptible running job, or a deadline job at
+  risk) and an elastic deadline job (its sizes follow its deadline) are decided one by one.
+
+So the cycle takes the jobs of all shapes in the policy's order (a merge of the groups' next jobs to visit),
+runs each visited job through the stages (``stages.decide``), learns from its outcome what holds for the rest
+of its shape, and skips, by index (``numpy`` over the group's numbers, then bisection), the jobs whose outcome
+that knowledge decides. A state change puts the groups whose knowledge held only until it back in the merge,
+from their first job after the change. A cycle's cost follows the shapes and what changes, not the queue's
+length: a long queue with nothing placeable costs one visit per shape.
+
+It decides exactly what the job-by-job pass (``cycle._run``) decides: the same placements, preemptions and
+reservations, and for every other job the same reason (``tests/unit/scheduler/test_queue.py``):
 
 - a job after the cycle's stop (its placement limit, or with ``strict`` its first job not placed) waits
   CYCLE_LIMIT or BLOCKED;
-- every other job not placed waits for capacity, diagnosed once per shape on the capacity the cycle leaves.
+- a job skipped waits DEADLINE_INFEASIBLE, RESERVED, or for capacity (diagnosed once per shape on the
+  capacity the cycle leaves).
 
 The waiting list is made only when read (``Waits``), from the view's tuples, which never change.
 """
@@ -20,97 +34,325 @@ The waiting list is made only when read (``Waits``), from the view's tuples, whi
 from __future__ import annotations
 
 from bisect import bisect_right
-from heapq import heapify, heappop, heappush, merge
+from heapq import heappop, heappush, merge
 from itertools import repeat
 
-from gpupool.scheduler.cyclestate import Ask, Cycle, Wide
+import numpy as np
+import numpy.typing as npt
+
+from gpupool.domain.jobs import JobSpec
+from gpupool.scheduler.cyclestate import UNDIAGNOSED, Ask, Cycle, Wide
 from gpupool.scheduler.diagnose import diagnose
 from gpupool.scheduler.placement import make_need
 from gpupool.scheduler.refusals import Diagnosis, monotone
-from gpupool.scheduler.stages import place
-from gpupool.scheduler.types import QueueGroup, QueueView, ReasonCode, SortKey, Waiting, Waits
+from gpupool.scheduler.stages import decide, infeasible, reserved_waiting
+from gpupool.scheduler.types import (
+    BackfillMode,
+    JobNumbers,
+    QueueGroup,
+    QueueView,
+    ReasonCode,
+    SortKey,
+    Waiting,
+    Waits,
+)
 
 _Stop = tuple[SortKey | None, ReasonCode, str]  # jobs after this key (None: all of them) wait for this reason
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+_UNKNOWN, _REFUSED, _FITS = 0, 1, 2  # what is known of the shape on its hosts, reservations ignored
+_LATER, _RESERVED, _INFEASIBLE = 0, 1, 2  # a skipped job's outcome
+
+
+def groups_decide(cy: Cycle, view: QueueView) -> bool:
+    """Whether this cycle may decide from the kept queue by shape (``run_groups``)."""
+    if cy.placer.uses_mix or cy.pools is not None or cy.book is not None or view.held:
+        return False
+    cfg = cy.request.config
+    return cy.by_shape or (not cfg.strict and cy.sh.backfill is not BackfillMode.CONSERVATIVE)
+
+
+class _Bounds:
+    """Which pending jobs may have preemption victims in this cycle (a superset: those outside cannot)."""
+
+    __slots__ = ("above", "all", "risk_from")
+
+    def __init__(self, cy: Cycle) -> None:
+        pre, now = cy.sh.preemption, cy.now
+        self.all = pre.by_service
+        running = cy.request.snapshot.running.values()
+        ok = [r.spec for r in running if r.spec.preemptible and r.runtime_s(now) >= pre.min_runtime_s]
+        # PRIORITY: a preemptible job of a lower class; DEADLINE (at risk): one without a deadline, not higher.
+        self.above = min((int(s.priority) for s in ok), default=None) if pre.by_priority else None
+        self.risk_from = min((int(s.priority) for s in ok if s.deadline_s is None), default=None)
+
+
+class _Track:
+    """One group through one cycle: what is known of its shape, where it stands, what its skips meant."""
+
+    __slots__ = (
+        "adm",
+        "admissible",
+        "always",
+        "base",
+        "cursor",
+        "early",
+        "elastic",
+        "g",
+        "gen",
+        "known_resv",
+        "lasting",
+        "late",
+        "late_idx",
+        "n",
+        "placed",
+        "resv_refused",
+        "runtime",
+        "segments",
+    )
+
+    def __init__(self, cy: Cycle, g: QueueGroup, bounds: _Bounds | None) -> None:
+        self.g, self.n = g, len(g.jobs)
+        self.cursor = self.gen = self.placed = 0
+        self.base, self.resv_refused, self.lasting, self.known_resv = _UNKNOWN, False, False, False
+        self.segments: list[tuple[int, int, bool, bool]] = []  # [lo, hi) skipped: with a reservation, base fits
+        self.late: BoolArray | None = None  # per job: expected to end after the reservation starts
+        self.early: IntArray | None = None  # admissible jobs (not in ``always``) that end before it / after it
+        self.late_idx: IntArray | None = None
+        self.runtime: FloatArray | None = None  # None (with ``adm`` None): every job admissible, none always
+        self.admissible: BoolArray | None = None
+        self.elastic: BoolArray | None = None
+        self.adm: IntArray | None = None  # admissible jobs not in ``always`` (None: every job)
+        self.always: IntArray | None = None  # jobs visited whatever is known (None: none)
+        if (cy.admits and cy.sh.deadline_admission) or bounds is not None or cy.reservations:
+            self._numbers(cy, bounds)
+
+    def _numbers(self, cy: Cycle, bounds: _Bounds | None) -> None:
+        sh, g = cy.sh, self.g
+        nums = g.numbers if g.numbers is not None else JobNumbers.of(g.jobs)
+        runtime = self.runtime = np.where(np.isnan(nums.estimate_s), sh.default_runtime_s, nums.estimate_s)
+        dl = nums.deadline_s
+        if cy.admits and sh.deadline_admission:
+            adm = ~((cy.now + sh.launch_latency_s) + runtime > dl)  # ``stages.admit``'s test, element-wise
+        else:
+            adm = np.ones(self.n, dtype=np.bool_)
+        self.admissible = adm
+        elastic = self.elastic = nums.elastic & np.isfinite(dl) & sh.deadline_admission  # ``Cycle.sizes``
+        visit = elastic.copy()
+        if bounds is not None:
+            if bounds.all:
+                visit[:] = True
+            else:
+                prio = nums.priority
+                if bounds.above is not None:
+                    visit |= prio > bounds.above
+                if bounds.risk_from is not None:
+                    slack = dl - cy.now - sh.launch_latency_s - runtime  # ``stages.at_risk``
+                    visit |= (slack >= 0.0) & (slack <= sh.deadline_at_risk * runtime) & (prio >= bounds.risk_from)
+        visit &= adm
+        self.always = np.flatnonzero(visit)
+        self.adm = np.flatnonzero(adm & ~visit)
+
+    def reserve_made(self, cy: Cycle) -> None:
+        """The EASY reservation exists: split the admissible jobs by whether they end before it starts."""
+        if self.runtime is None:
+            self._numbers(cy, None)  # a plain group: nothing to visit always, every job admissible
+        assert self.runtime is not None and self.adm is not None
+        late = self.late = cy.now + self.runtime > float(cy.reserved_from.min())  # ``stages.place``: hosts kept off
+        pick = np.zeros(self.n, dtype=np.bool_)
+        pick[self.adm] = True
+        self.early = np.flatnonzero(pick & ~late)
+        self.late_idx = np.flatnonzero(pick & late)
+
+    def next_visit(self, resv: bool) -> int:
+        """The first job at or after the cursor whose outcome is not known (``n``: none)."""
+        c, n = self.cursor, self.n
+        best = _after(self.always, c, n) if self.always is not None else n
+        if not resv:
+            if self.base != _REFUSED:
+                best = min(best, _after(self.adm, c, n))
+            return best
+        if self.base != _REFUSED:
+            best = min(best, _after(self.early, c, n))
+        if not self.resv_refused and not self.lasting:
+            best = min(best, _after(self.late_idx, c, n))
+        return best
+
+    def skip(self, upto: int) -> None:
+        """Jobs from the cursor to ``upto`` take the outcome what is known decides."""
+        if upto > self.cursor:
+            self.segments.append((self.cursor, upto, self.known_resv, self.base == _FITS))
+            self.cursor = upto
+
+    def forget(self) -> None:
+        self.base, self.resv_refused, self.lasting, self.known_resv = _UNKNOWN, False, False, False
+
+    def learn(self, cy: Cycle, i: int, got: Waiting | None, ask: Ask) -> None:
+        """What job ``i``'s outcome (None: it waits for capacity) says of its shape until the next change."""
+        if self.elastic is not None and self.elastic[i]:
+            return  # it tried smaller sizes too: its outcome says nothing of the full size alone
+        resv = bool(cy.reservations)
+        late = resv and self.late is not None and bool(self.late[i])
+        if got is None:
+            self.base = _REFUSED  # refused on its hosts (or, late, kept off reserved ones and not fitting without)
+            self.resv_refused = self.resv_refused or late
+        elif got.reason is ReasonCode.RESERVED:
+            self.base, self.resv_refused = _FITS, True
+        else:
+            return
+        self.known_resv = resv
+        self.lasting = self.base == _REFUSED and monotone(Wide(ask.job, cy.cap, ask.base).need)
+
+
+def _after(idx: IntArray | None, c: int, n: int) -> int:
+    """The first index of ``idx`` at or after ``c`` (``idx`` None: every index), ``n`` if none."""
+    if idx is None:
+        return c if c < n else n
+    i = int(np.searchsorted(idx, c))
+    return int(idx[i]) if i < len(idx) else n
 
 
 def run_groups(cy: Cycle, view: QueueView) -> Waits:
-    """Place from ``view`` in policy order, shape by shape; the jobs left waiting, made when read."""
-    cfg = cy.request.config
-    groups = view.groups
-    cursor = [0] * len(groups)  # each group's next job to decide
-    placed = [0] * len(groups)
+    """Decide ``view``'s jobs in policy order, visiting only those whose outcome is not known; the jobs left
+    waiting, made when read."""
+    cfg, groups = cy.request.config, view.groups
+    bounds = _Bounds(cy) if cy.may_preempt else None
+    tracks = [_Track(cy, g, bounds) for g in groups]
+    visited: dict[str, Waiting | None] = {}  # jobs decided one by one and not placed (None: for capacity)
+    soft: set[int] = set()  # groups whose knowledge holds only until the next change of state
     stop: _Stop | None = None
+    heap: list[tuple[SortKey, int, int, int]] = []  # (key, group, its generation, job index)
+
+    def push(gi: int) -> None:
+        t = tracks[gi]
+        t.gen += 1
+        i = t.next_visit(bool(cy.reservations))
+        if i < t.n:
+            heappush(heap, (t.g.keys[i], gi, t.gen, i))
+
     if cfg.max_placements_per_cycle <= 0:
         stop = (None, ReasonCode.CYCLE_LIMIT, _limit_message(cfg.max_placements_per_cycle))
-    heap = [(g.keys[0], gi) for gi, g in enumerate(groups) if g.keys and stop is None]
-    heapify(heap)
-    parked: list[int] = []  # groups refused until the next placement
-    default_runtime = cy.sh.default_runtime_s
+    else:
+        for gi in range(len(groups)):
+            push(gi)
+    default_runtime, seen = cy.sh.default_runtime_s, cy.seen
     while heap:
-        key, gi = heappop(heap)
-        g = groups[gi]
-        i = cursor[gi]
-        job = cy.placed_as(g.jobs[i])
-        cursor[gi] = i + 1
-        sh = cy.shape_ids.get(g.shape)
-        if sh is None:
-            sh = cy.shape_ids[g.shape] = len(cy.shape_ids)
+        key, gi, gen, i = heappop(heap)
+        t = tracks[gi]
+        if gen != t.gen:
+            continue  # pushed again since
+        t.skip(i)
+        t.cursor = i + 1
+        job = cy.placed_as(t.g.jobs[i])
+        sk = cy.shape_ids.get(t.g.shape)
+        if sk is None:
+            sk = cy.shape_ids[t.g.shape] = len(cy.shape_ids)
         mkey, mask = cy.mask(job)
-        if place(cy, Ask(job, sh, mask, mkey, job.runtime_with(job.tasks, default_runtime)), (job.tasks,), None):
-            placed[gi] += 1
-            if i + 1 < len(g.keys):
-                heappush(heap, (g.keys[i + 1], gi))
-            for p in parked:  # the placement ended their refusal: back from their first job after it
-                keys = groups[p].keys
-                c = cursor[p] = bisect_right(keys, key, cursor[p])
-                if c < len(keys):
-                    heappush(heap, (keys[c], p))
-            parked.clear()
-            if len(cy.allocs) >= cfg.max_placements_per_cycle:
-                stop = (key, ReasonCode.CYCLE_LIMIT, _limit_message(cfg.max_placements_per_cycle))
+        ask = Ask(job, sk, mask, mkey, job.runtime_with(job.tasks, default_runtime))
+        version, allocs, resv = seen.version, len(cy.allocs), len(cy.reservations)
+        decide(cy, ask)
+        got: Waiting | None = None
+        if len(cy.allocs) > allocs:
+            t.placed += 1
+        else:
+            w = cy.waiting[-1]
+            got = visited[job.job_id] = None if w is UNDIAGNOSED else w
+        if seen.version == version:
+            if cfg.strict:
+                stop = (key, ReasonCode.BLOCKED, f"waits behind {job.job_id}, which does not fit (strict ordering)")
                 break
+            t.learn(cy, i, got, ask)
+            (soft.discard if t.lasting or t.base == _UNKNOWN else soft.add)(gi)
+            push(gi)
             continue
-        if cfg.strict:
-            stop = (key, ReasonCode.BLOCKED, f"waits behind {job.job_id}, which does not fit (strict ordering)")
+        # The state changed: what the groups knew until now holds for their jobs before this one only.
+        if len(cy.allocs) >= cfg.max_placements_per_cycle:
+            stop = (key, ReasonCode.CYCLE_LIMIT, _limit_message(cfg.max_placements_per_cycle))
             break
-        if not monotone(Wide(job, cy.cap, mask).need):
-            parked.append(gi)
-    diagnosed = _diagnoses(cy, groups, placed, stop)
+        if len(cy.reservations) > resv:
+            for other in tracks:
+                other.reserve_made(cy)
+        soft.discard(gi)
+        t.forget()
+        for p in soft:
+            o = tracks[p]
+            o.skip(bisect_right(o.g.keys, key, o.cursor))
+            o.forget()
+            push(p)
+        soft.clear()
+        push(gi)
+    for t in tracks:
+        t.skip(t.n)
+    diagnosed = _diagnoses(cy, tracks, stop)
     placed_ids = frozenset(a.job_id for a in cy.allocs)
-    return Waits(count=view.count - len(cy.allocs), make=lambda: _waiting(groups, placed_ids, stop, diagnosed))
+    return Waits(
+        count=view.count - len(cy.allocs),
+        make=lambda: _waiting(cy, tracks, visited, placed_ids, stop, diagnosed),
+    )
 
 
 def _limit_message(limit: int) -> str:
     return f"not considered: this cycle placed its limit of {limit} jobs first"
 
 
-def _diagnoses(
-    cy: Cycle, groups: tuple[QueueGroup, ...], placed: list[int], stop: _Stop | None
-) -> list[Diagnosis | None]:
-    """Per group that has jobs waiting for capacity (none after the stop), its diagnosis on the capacity the
-    cycle leaves."""
+def _diagnoses(cy: Cycle, tracks: list[_Track], stop: _Stop | None) -> list[Diagnosis | None]:
+    """Per group that has jobs waiting (none after the stop), its diagnosis on the capacity the cycle leaves."""
     out: list[Diagnosis | None] = []
-    for gi, g in enumerate(groups):
-        before_stop = len(g.keys) if stop is None else (0 if stop[0] is None else bisect_right(g.keys, stop[0]))
-        if before_stop > placed[gi]:
-            job = cy.placed_as(g.jobs[0])
+    for t in tracks:
+        keys = t.g.keys
+        before_stop = len(keys) if stop is None else (0 if stop[0] is None else bisect_right(keys, stop[0]))
+        if before_stop > t.placed:
+            job = cy.placed_as(t.g.jobs[0])
             out.append(diagnose(cy.cap, make_need(job, cy.cap, cy.mask(job)[1])))
         else:
             out.append(None)
     return out
 
 
+def _outcomes(t: _Track) -> npt.NDArray[np.int8]:
+    """Each job's outcome if it was skipped (``_LATER``, ``_RESERVED``, ``_INFEASIBLE``)."""
+    out = np.zeros(t.n, dtype=np.int8)
+    for lo, hi, resv, fits in t.segments:
+        if resv and fits:
+            assert t.late is not None
+            out[lo:hi][t.late[lo:hi]] = _RESERVED
+    if t.admissible is not None:
+        out[~t.admissible] = _INFEASIBLE
+    return out
+
+
 def _waiting(
-    groups: tuple[QueueGroup, ...], placed: frozenset[str], stop: _Stop | None, diagnosed: list[Diagnosis | None]
+    cy: Cycle,
+    tracks: list[_Track],
+    visited: dict[str, Waiting | None],
+    placed: frozenset[str],
+    stop: _Stop | None,
+    diagnosed: list[Diagnosis | None],
 ) -> tuple[Waiting, ...]:
+    codes = [_outcomes(t) for t in tracks]
     out = []
-    for key, gi, job in merge(*(zip(g.keys, repeat(gi), g.jobs) for gi, g in enumerate(groups))):
-        if job.job_id in placed:
+    jobs = merge(*(zip(t.g.keys, repeat(gi), range(t.n), t.g.jobs) for gi, t in enumerate(tracks)))
+    for key, gi, i, job in jobs:
+        jid = job.job_id
+        if jid in placed:
             continue
         if stop is not None and (stop[0] is None or key > stop[0]):
-            out.append(Waiting(job.job_id, stop[1], stop[2]))
-        else:
+            out.append(Waiting(jid, stop[1], stop[2]))
+            continue
+        got = visited[jid] if jid in visited else _skipped(cy, tracks[gi], codes[gi][i], i, job)
+        if got is None:
             why = diagnosed[gi]
             assert why is not None
-            out.append(Waiting(job.job_id, why[0], why[1]))
+            got = Waiting(jid, why[0], why[1])
+        out.append(got)
     return tuple(out)
+
+
+def _skipped(cy: Cycle, t: _Track, code: int, i: int, job: JobSpec) -> Waiting | None:
+    """A skipped job's reason (None: it waits for capacity)."""
+    if code == _LATER:
+        return None
+    assert t.runtime is not None
+    runtime = float(t.runtime[i])
+    return infeasible(cy, job, runtime) if code == _INFEASIBLE else reserved_waiting(cy, job, runtime)

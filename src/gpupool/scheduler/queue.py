@@ -18,21 +18,45 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable
 
+import numpy as np
+
 from gpupool.cluster.snapshot import ClusterSnapshot, PendingFeed
 from gpupool.domain.jobs import JobSpec
 from gpupool.scheduler.policies import get_policy
 from gpupool.scheduler.shapes import Shape, shape
-from gpupool.scheduler.types import QueueGroup, QueueView, SortKey
+from gpupool.scheduler.types import JobNumbers, QueueGroup, QueueView, SortKey
 
 
 class _Group:
-    __slots__ = ("frozen", "jobs", "keys", "shape")
+    __slots__ = ("frozen", "jobs", "keys", "numbers", "shape")
 
     def __init__(self, sh: Shape) -> None:
         self.shape = sh
         self.keys: list[SortKey] = []
         self.jobs: list[JobSpec] = []
+        # Kept beside the jobs: new arrays on each change (O(group) in C), so a view may share them.
+        self.numbers = JobNumbers.of(())
         self.frozen: QueueGroup | None = None  # the last view's copy, until the group changes
+
+    def insert(self, i: int, k: SortKey, job: JobSpec) -> None:
+        self.keys.insert(i, k)
+        self.jobs.insert(i, job)
+        one, n = JobNumbers.of((job,)), self.numbers
+        self.numbers = JobNumbers(
+            np.insert(n.deadline_s, i, one.deadline_s),
+            np.insert(n.estimate_s, i, one.estimate_s),
+            np.insert(n.priority, i, one.priority),
+            np.insert(n.elastic, i, one.elastic),
+        )
+        self.frozen = None
+
+    def delete(self, i: int) -> None:
+        del self.keys[i], self.jobs[i]
+        n = self.numbers
+        self.numbers = JobNumbers(
+            np.delete(n.deadline_s, i), np.delete(n.estimate_s, i), np.delete(n.priority, i), np.delete(n.elastic, i)
+        )
+        self.frozen = None
 
 
 class QueueIndex:
@@ -65,10 +89,7 @@ class QueueIndex:
         g = self._groups.get(sh)
         if g is None:
             g = self._groups[sh] = _Group(sh)
-        i = bisect_left(g.keys, k)
-        g.keys.insert(i, k)
-        g.jobs.insert(i, job)
-        g.frozen = None
+        g.insert(bisect_left(g.keys, k), k, job)
         self._where[job.job_id] = (k, sh)
         if job.after or job.array_cap:
             self._held.add(job.job_id)
@@ -80,9 +101,7 @@ class QueueIndex:
         k, sh = got
         self._held.discard(job_id)
         g = self._groups[sh]
-        i = bisect_left(g.keys, k)
-        del g.keys[i], g.jobs[i]
-        g.frozen = None
+        g.delete(bisect_left(g.keys, k))
         if not g.keys:
             del self._groups[sh]
 
@@ -104,6 +123,7 @@ class QueueIndex:
             g = self._groups[sh] = _Group(sh)
             g.keys = [k for k, _ in entries]
             g.jobs = [j for _, j in entries]
+            g.numbers = JobNumbers.of(g.jobs)
 
     def sync(self, snapshot: ClusterSnapshot) -> bool:
         """Bring the index to the snapshot's queue from its pending feed; False when the snapshot has none
@@ -126,6 +146,6 @@ class QueueIndex:
         groups = []
         for g in self._groups.values():
             if g.frozen is None:
-                g.frozen = QueueGroup(g.shape, tuple(g.keys), tuple(g.jobs))
+                g.frozen = QueueGroup(g.shape, tuple(g.keys), tuple(g.jobs), g.numbers)
             groups.append(g.frozen)
         return QueueView(self.policy, tuple(groups), len(self._where), len(self._held))

@@ -23,7 +23,16 @@ from gpupool.scheduler.diagnose import diagnose, never_fits
 from gpupool.scheduler.placement import make_need
 from gpupool.scheduler.preemption import Candidate, candidate, find_victims
 from gpupool.scheduler.quotas import job_keys
-from gpupool.scheduler.refusals import Diagnosis, OutcomeKey, PlaceKey, ReservationKey, VictimKey, Who
+from gpupool.scheduler.refusals import (
+    LATER,
+    Diagnosis,
+    Outcome,
+    OutcomeKey,
+    PlaceKey,
+    ReservationKey,
+    VictimKey,
+    Who,
+)
 from gpupool.scheduler.shapes import allocation
 from gpupool.scheduler.types import (
     BackfillMode,
@@ -106,6 +115,51 @@ def limits(cy: Cycle) -> None:
             cy.victims.add(job_id)  # it stops: no preemption may count on it or take it again
 
 
+# ----------------------------------------------------------------------------------------------- decide
+
+
+def decide(cy: Cycle, ask: Ask) -> None:
+    """One job through the stages: placed (``cy.allocs``), or waiting with its reason (``cy.waiting``)."""
+    if cy.by_shape:
+        # No admission, pools, preemption or backfill: the shape alone decides, so the refusal of a shape is
+        # its outcome (no outcome memo, no later stages to ask).
+        if not place(cy, ask, (ask.job.tasks,), None):
+            cy.seen.refuse(cy.seen.blocked, ask.shape, Wide(ask.job, cy.cap, ask.base).need)
+            cy.wait_for_capacity(ask.job, ask.shape)
+        return
+    if cy.admits:
+        refused = admit(cy, ask)
+        if isinstance(refused, Ending):
+            cy.endings.append(refused)
+            return
+        if refused is not None:
+            cy.waiting.append(refused)
+            return
+    seen = cy.seen
+    sizes, resv = cy.sizes(ask), reservation_key(cy, ask) if cy.reservations else None
+    okey = outcome_key(cy, ask, sizes, resv)
+    known = seen.answer(seen.outcome, okey)
+    if known is None:
+        if place(cy, ask, sizes, resv):
+            return
+        wide = Wide(ask.job, cy.cap, ask.base)  # the job on its host mask alone, made only if a stage needs it
+        waits = reserved(cy, ask, wide)
+        if waits is not None:
+            seen.answered(seen.outcome, okey, Outcome(waits.reason, waits.message))
+        else:
+            waits = preempt(cy, ask, okey.who) or backfill(cy, ask, wide)
+            if waits is None:
+                seen.answered(seen.outcome, okey, LATER)
+        if waits is not None:
+            cy.waiting.append(waits)
+            return
+        known = LATER
+    if known.reason is None:
+        cy.wait_for_capacity(ask.job, ask.shape)
+    else:
+        cy.waiting.append(Waiting(ask.job.job_id, known.reason, known.message))
+
+
 # ------------------------------------------------------------------------------------------------ admit
 
 
@@ -136,18 +190,27 @@ def admit(cy: Cycle, ask: Ask) -> Waiting | Ending | None:
         if held >= job.array_cap:
             msg = f"array {job.array_id} has {held} elements placed or running, its cap (%{job.array_cap})"
             return Waiting(job.job_id, ReasonCode.ARRAY_LIMIT, msg)
-    launch = cy.sh.launch_latency_s
-    if job.deadline_s is not None and cy.sh.deadline_admission and now + launch + ask.runtime_s > job.deadline_s:
-        msg = (
-            f"needs {ask.runtime_s:.0f} s after a launch of {launch:g} s; placed now it ends at "
-            f"t={now + launch + ask.runtime_s:.0f}, after its deadline t={job.deadline_s:.0f}"
-        )
-        return Waiting(job.job_id, ReasonCode.DEADLINE_INFEASIBLE, msg)
+    if (
+        job.deadline_s is not None
+        and cy.sh.deadline_admission
+        and now + cy.sh.launch_latency_s + ask.runtime_s > job.deadline_s
+    ):
+        return infeasible(cy, job, ask.runtime_s)
     if cy.book is not None:
         verdict = cy.book.check(job, job.gpu_milli)
         if not verdict.ok:
             return Waiting(job.job_id, ReasonCode.QUOTA_EXCEEDED, verdict.message)
     return None
+
+
+def infeasible(cy: Cycle, job: JobSpec, runtime_s: float) -> Waiting:
+    """A deadline job refused by admission: placed now (``runtime_s`` at its full size) it would end late."""
+    now, launch, dl = cy.now, cy.sh.launch_latency_s, job.deadline_s
+    msg = (
+        f"needs {runtime_s:.0f} s after a launch of {launch:g} s; placed now it ends at "
+        f"t={now + launch + runtime_s:.0f}, after its deadline t={dl:.0f}"
+    )
+    return Waiting(job.job_id, ReasonCode.DEADLINE_INFEASIBLE, msg)
 
 
 def who(cy: Cycle, ask: Ask) -> Who | None:
@@ -222,11 +285,16 @@ def reserved(cy: Cycle, ask: Ask, wide: Wide) -> Waiting | None:
     """A job kept off reserved hosts that would fit without them waits for the reservation (RESERVED)."""
     if not cy.reservations or not _fits_wide(cy, ask, wide):
         return None
+    return reserved_waiting(cy, ask.job, ask.runtime_s)
+
+
+def reserved_waiting(cy: Cycle, job: JobSpec, runtime_s: float) -> Waiting:
+    """Why a job that fits waits: expected to run past the earliest reservation (of those made so far)."""
     first = min(cy.reservations, key=lambda r: r.start_s)
     return Waiting(
-        ask.job.job_id,
+        job.job_id,
         ReasonCode.RESERVED,
-        f"fits now, but expected to run until t={cy.now + ask.runtime_s:.0f}, past the reservation of "
+        f"fits now, but expected to run until t={cy.now + runtime_s:.0f}, past the reservation of "
         f"{first.job_id} from t={first.start_s:.0f}",
     )
 

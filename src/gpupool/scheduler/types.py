@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from math import inf, nan
 from types import MappingProxyType
 from typing import NamedTuple, overload
+
+import numpy as np
+import numpy.typing as npt
 
 from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.calendar import Calendar
@@ -195,6 +199,26 @@ class RequestType:
 SortKey = tuple[float | int | str, ...]  # a queue policy's sort key: total, ending in the job id
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class JobNumbers:
+    """What a cycle reads of each job of a group without visiting it (deadline admission, reservations,
+    preemption), one array entry per job in the group's order. Arrays are never changed in place."""
+
+    deadline_s: npt.NDArray[np.float64]  # inf: no deadline
+    estimate_s: npt.NDArray[np.float64]  # nan: no estimate
+    priority: npt.NDArray[np.int64]
+    elastic: npt.NDArray[np.bool_]  # it may start on fewer tasks (``JobSpec.fewest_tasks``)
+
+    @staticmethod
+    def of(jobs: Sequence[JobSpec]) -> JobNumbers:
+        return JobNumbers(
+            np.array([inf if j.deadline_s is None else j.deadline_s for j in jobs], dtype=np.float64),
+            np.array([nan if j.estimated_runtime_s is None else j.estimated_runtime_s for j in jobs], dtype=np.float64),
+            np.array([int(j.priority) for j in jobs], dtype=np.int64),
+            np.array([j.fewest_tasks < j.tasks for j in jobs], dtype=np.bool_),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class QueueGroup:
     """Pending jobs of one shape in a policy's order (``keys[i]`` is ``jobs[i]``'s key)."""
@@ -202,6 +226,7 @@ class QueueGroup:
     shape: tuple[object, ...]
     keys: tuple[SortKey, ...]
     jobs: tuple[JobSpec, ...]
+    numbers: JobNumbers | None = field(default=None, compare=False, repr=False)  # None: made from ``jobs``
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,23 +8,27 @@ try per shape, not per job.
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from heapq import merge
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sched_builders import make_fabric, make_job
-from test_properties import FABRICS, _state, jobs
+from test_properties import FABRICS, INDEXES, _state, jobs
 
 import gpupool.scheduler.grouped as grouped
+import gpupool.scheduler.stages as stages
 from gpupool.cluster import ClusterState
 from gpupool.domain.events import JobCancelled, JobPlaced, JobPreempted, JobSubmitted
-from gpupool.domain.jobs import JobSpec, PriorityClass
+from gpupool.domain.jobs import JobSpec, PriorityClass, Scaling
 from gpupool.scheduler import NO_SHARING, PLACERS, POLICIES, SchedulerConfig, ScheduleRequest, schedule
 from gpupool.scheduler.driver import CycleDriver
 from gpupool.scheduler.policies import get_policy
 from gpupool.scheduler.queue import QueueIndex
-from gpupool.scheduler.types import QueueView
+from gpupool.scheduler.settings import SchedulerSettings, scheduler_config, sharing_policy
+from gpupool.scheduler.types import BackfillMode, QueueView
 
 STATIC = sorted(p for p, pol in POLICIES.items() if pol.static_key is not None)
 GROUPED_PLACERS = sorted(p for p, pl in PLACERS.items() if not pl.uses_mix)
@@ -155,8 +159,8 @@ def test_a_blocked_queue_costs_one_try_per_shape(monkeypatch: pytest.MonkeyPatch
     index = QueueIndex("priority")
     index.reset(queue)
     tries = []
-    real = grouped.place
-    monkeypatch.setattr(grouped, "place", lambda *a: tries.append(a[1].job.job_id) or real(*a))
+    real = stages.place
+    monkeypatch.setattr(stages, "place", lambda *a: tries.append(a[1].job.job_id) or real(*a))
     got = schedule(
         ScheduleRequest(state.snapshot(), tuple(queue), 0.0, SchedulerConfig(policy="priority"), queue=index.view())
     )
@@ -207,3 +211,143 @@ def test_jobs_with_an_array_cap_are_counted_and_decided_one_by_one() -> None:
     )
     assert sorted(a.job_id for a in got.placements) == ["a0", "b"]
     assert [(w.job_id, w.reason.value) for w in got.waiting] == [("a1", "array_limit")]
+
+
+def _timed(job: JobSpec, draw: st.DrawFn, now: float, *, elastic: bool) -> JobSpec:
+    """``job`` with an estimate and a deadline or not: some that cannot make it, some at risk, some at ease."""
+    est = draw(st.sampled_from([None, 60.0, 600.0, 3600.0]))
+    dl = None
+    if draw(st.booleans()):
+        runtime = est if est is not None else 3600.0
+        dl = now + 0.4 + runtime * draw(st.sampled_from([0.5, 1.0, 1.05, 1.5, 4.0]))
+    kw: dict[str, object] = {"estimated_runtime_s": est, "deadline_s": dl}
+    if elastic and job.tasks > 1 and job.share is None and dl is not None and est is not None:
+        kw |= {"min_tasks": 1, "scaling": Scaling.LINEAR}
+    return dataclasses.replace(job, **kw)  # type: ignore[arg-type]
+
+
+@st.composite
+def _busy(draw: st.DrawFn, fab_key: str) -> ClusterState:
+    """A cluster with running jobs that have estimates (so EASY reserves) and some that are preemptible."""
+    state = ClusterState(INDEXES[fab_key])
+    pre = [
+        dataclasses.replace(
+            j,
+            estimated_runtime_s=draw(st.sampled_from([None, 500.0, 2000.0])),
+            preemptible=draw(st.booleans()),
+        )
+        for j in draw(jobs("pre", 10))
+    ]
+    # Whole hosts taken too, most of the cluster at times, so that jobs wait and reservations are made.
+    per_host, n_hosts = int(INDEXES[fab_key].host_gpus[0]), len(FABRICS[fab_key].hosts)
+    for i in range(draw(st.integers(0, n_hosts))):
+        est = draw(st.sampled_from([None, 300.0, 900.0, 5000.0]))
+        pre.append(make_job(f"fill{i}", gpus=per_host, estimated_runtime_s=est, preemptible=draw(st.booleans())))
+    res = schedule(ScheduleRequest(state.snapshot(), tuple(pre), 0.0, SchedulerConfig(placer="first-fit")))
+    by_id = {j.job_id: j for j in pre}
+    for a in res.placements:
+        state.apply(JobSubmitted(by_id[a.job_id], 0))
+        state.apply(JobPlaced(a, 0))
+    return state
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=st.data(),
+    fab_key=st.sampled_from(sorted(FABRICS)),
+    placer=st.sampled_from(GROUPED_PLACERS),
+    policy=st.sampled_from(["srt", "edf", "fifo", "priority"]),
+    limit=st.sampled_from([1000, 3, 1]),
+    backfill=st.sampled_from([BackfillMode.EASY, BackfillMode.EASY, BackfillMode.NONE]),
+    preemption=st.booleans(),
+)
+def test_the_default_settings_decide_from_the_kept_queue_as_job_by_job(
+    data: st.DataObject, fab_key: str, placer: str, policy: str, limit: int, backfill: BackfillMode, preemption: bool
+) -> None:
+    # The defaults (deadline admission, EASY backfill, deadline preemption, topology) with deadlines and
+    # estimates: the kept queue's cycle visits only what can change, and decides as deciding every job afresh.
+    state = data.draw(_busy(fab_key))
+    now = 400.0
+    elastic = data.draw(st.booleans())
+    pending = [_timed(j, data.draw, now, elastic=elastic) for j in data.draw(jobs("j", 16))]
+    for i in range(data.draw(st.integers(0, 12))):  # long runs of one shape, with deadlines of every kind
+        pending.append(_timed(make_job(f"same{i}", gpus=3, t=float(i)), data.draw, now, elastic=False))
+    rails = data.draw(st.sampled_from([(2, 4), (3, 2), (2, 8)]))
+    for i in range(data.draw(st.integers(0, 6))):
+        rail = make_job(f"rail{i}", tasks=rails[0], gpus=rails[1], t=float(i), rail_aligned=True)
+        pending.append(_timed(rail, data.draw, now, elastic=elastic))
+    s = SchedulerSettings(
+        policy=policy, placer=placer, max_placements_per_cycle=limit, backfill=backfill, preemption=preemption
+    )
+    cfg, sharing = scheduler_config(s), sharing_policy(s)
+    index = QueueIndex(policy)
+    index.reset(pending)
+    plain = ScheduleRequest(state.snapshot(), tuple(pending), now, cfg, sharing)
+    kept = dataclasses.replace(plain, queue=index.view())
+    got, want, fresh = schedule(kept), schedule(plain), schedule(plain, remember_refusals=False)
+    assert len(got.waiting) == len(want.waiting)
+    assert want == fresh
+    assert got == want
+    assert [w.job_id for w in got.waiting] == [j.job_id for j in _scratch_of(plain) if j.job_id not in got.placed_ids()]
+
+
+def test_a_long_deadline_queue_with_nothing_placeable_visits_one_job_per_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The defaults, a full cluster whose running jobs have estimates (EASY reserves for the first job that
+    # waits), and 4,000 deadline jobs of two shapes, a quarter of them too late to make their deadline.
+    state = ClusterState(make_fabric(1, 2))  # 16 GPUs
+    full = [make_job(f"f{i}", gpus=8, estimated_runtime_s=1000.0) for i in range(2)]
+    for a in schedule(ScheduleRequest(state.snapshot(), tuple(full), 0.0)).placements:
+        state.apply(JobSubmitted(next(j for j in full if j.job_id == a.job_id), 0.0))
+        state.apply(JobPlaced(a, 0.0))
+    now = 100.0
+    queue = [
+        make_job(
+            f"q{i}",
+            gpus=1 + i % 2,
+            t=float(i),
+            estimated_runtime_s=600.0,
+            deadline_s=now + (100.0 if i % 4 == 3 else 5000.0 + i),
+        )
+        for i in range(4000)
+    ]
+    s = SchedulerSettings()
+    index = QueueIndex(s.policy)
+    index.reset(queue)
+    tries = []
+    real = stages.decide
+    monkeypatch.setattr(grouped, "decide", lambda cy, ask: tries.append(ask.job.job_id) or real(cy, ask))
+    req = ScheduleRequest(state.snapshot(), tuple(queue), now, scheduler_config(s), sharing_policy(s))
+    got = schedule(dataclasses.replace(req, queue=index.view()))
+    assert len(tries) <= 4  # the first job of each shape, and the one EASY reserves for with its shape's next
+    reasons = Counter(w.reason.value for w in got.waiting)
+    assert reasons["deadline_infeasible"] == 1000 and sum(reasons.values()) == 4000
+    assert got == schedule(req, remember_refusals=False)
+
+
+def test_what_a_shape_knew_before_a_placement_is_asked_again_after_it() -> None:
+    # 16 GPUs, 8 of them busy until t=1000. FIFO: a gang of 16 reserves both hosts from t=1000; a 4-GPU job
+    # that would run past it waits RESERVED (it fits, off the reservation it does not); a short 6-GPU job
+    # ends before it and is placed; the next 4-GPU job no longer fits at all: it waits for capacity.
+    state = ClusterState(make_fabric(1, 2))
+    run = make_job("r", gpus=8, estimated_runtime_s=1000.0)
+    for a in schedule(ScheduleRequest(state.snapshot(), (run,), 0.0)).placements:
+        state.apply(JobSubmitted(run, 0.0))
+        state.apply(JobPlaced(a, 0.0))
+    queue = [
+        make_job("big", tasks=2, gpus=8, t=1.0, estimated_runtime_s=100.0),
+        make_job("a1", gpus=4, t=2.0, estimated_runtime_s=5000.0),
+        make_job("b1", gpus=6, t=3.0, estimated_runtime_s=100.0),
+        make_job("a2", gpus=4, t=4.0, estimated_runtime_s=5000.0),
+    ]
+    s = SchedulerSettings(policy="fifo")
+    index = QueueIndex("fifo")
+    index.reset(queue)
+    req = ScheduleRequest(state.snapshot(), tuple(queue), 100.0, scheduler_config(s), sharing_policy(s))
+    got = schedule(dataclasses.replace(req, queue=index.view()))
+    assert [a.job_id for a in got.placements] == ["b1"]
+    assert [(w.job_id, w.reason.value) for w in got.waiting] == [
+        ("big", "waiting_for_reservation"),
+        ("a1", "reserved"),
+        ("a2", "no_capacity"),
+    ]
+    assert got == schedule(req, remember_refusals=False)
