@@ -135,7 +135,11 @@ class Cycle:
         # Which stages can do anything in this cycle (a stage that cannot is not asked).
         # Deadline admission only asks deadline jobs; EASY or conservative backfill only reserves from running
         # jobs with estimates (``backfill.reserve``): without either, the defaults decide as the plain cycle.
-        deadlines = sh.deadline_admission and any(j.deadline_s is not None for j in request.pending)
+        deadlines = sh.deadline_admission and (
+            view.deadlines > 0
+            if view is not None and view.deadlines is not None
+            else any(j.deadline_s is not None for j in request.pending)
+        )
         self.admits = self.book is not None or deadlines or held_back(request, view)
         reserves = sh.backfill is not BackfillMode.NONE and any(
             r.spec.estimated_runtime_s is not None for r in snap.running.values()

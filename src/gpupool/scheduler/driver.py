@@ -127,12 +127,12 @@ class CycleDriver:
         self.usage.seed(inputs.usage_gpu_s, at_s)
         self._fixed_history = inputs.service_history
 
-    def _view(self, snapshot: ClusterSnapshot, pending: Sequence[JobSpec]) -> QueueView | None:
-        """The kept queue, when ``pending`` is the snapshot's own queue (the same tuple: a caller that
-        filtered it gets the cycle's own sort) and the snapshot says how it came about."""
+    def _kept(self, snapshot: ClusterSnapshot, pending: Sequence[JobSpec]) -> QueueIndex | None:
+        """The kept queue brought up to date, when ``pending`` is the snapshot's own queue (the same tuple: a
+        caller that filtered it gets the cycle's own sort) and the snapshot says how it came about."""
         if self.queue is None or pending is not snapshot.pending or not self.queue.sync(snapshot):
             return None
-        return self.queue.view()
+        return self.queue
 
     def finished(self, spec: JobSpec, service_gpu_s: float) -> None:
         """A job finished (not failed or cancelled) after ``service_gpu_s`` GPU-seconds over all its runs."""
@@ -153,12 +153,14 @@ class CycleDriver:
         if history is None and self.history is not None:
             history = self.history.history()
         inputs = CycleInputs(self.usage.fold(snapshot, now_s), pool_demand, history)
-        step = ElasticStep.run(self.elastic, snapshot, pending, actuator, now_s)
+        kept = self._kept(snapshot, pending)
+        queued = kept.elastic > 0 if kept is not None else None
+        step = ElasticStep.run(self.elastic, snapshot, pending, actuator, now_s, queued=queued)
+        # The elastic plan's queue is its own (jobs resized, some left out): the cycle sorts it.
+        view: QueueView | None = kept.view() if kept is not None and step is None else None
         pending = step.pending if step is not None else pending
         self.last_inputs = inputs
-        request = ScheduleRequest(
-            snapshot, tuple(pending), now_s, self.config, sharing, inputs, queue=self._view(snapshot, pending)
-        )
+        request = ScheduleRequest(snapshot, tuple(pending), now_s, self.config, sharing, inputs, queue=view)
         result = schedule(request)
         # A job stopped at its time limit gets its signal first (if no earlier cycle gave it), then its stop.
         ending = {e.job_id for e in result.endings}

@@ -400,10 +400,15 @@ class ElasticStep:
         pending: Sequence[JobSpec],
         actuator: _Actuator,
         now_s: float,
+        *,
+        queued: bool | None = None,
     ) -> ElasticStep | None:
         """Plan, then apply: refusals end (``DEADLINE_INFEASIBLE``), resizes checkpoint and stop (``RESIZE``).
-        None when no elastic job is running or waiting (the queue goes to the cycle untouched)."""
-        if not planner.active(snapshot) and not any(s.elastic is not None for s in pending):
+        None when no elastic job is running or waiting (the queue goes to the cycle untouched). ``queued``:
+        whether an elastic job waits, when the caller counts them (None: the queue is looked through)."""
+        if queued is None:
+            queued = any(s.elastic is not None for s in pending)
+        if not planner.active(snapshot) and not queued:
             return None
         plan = planner.plan(snapshot, pending, now_s)
         ended = 0

@@ -35,12 +35,10 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from heapq import heappop, heappush, merge
-from itertools import repeat
 
 import numpy as np
 import numpy.typing as npt
 
-from gpupool.domain.jobs import JobSpec
 from gpupool.scheduler.cyclestate import UNDIAGNOSED, Ask, Cycle, Wide
 from gpupool.scheduler.diagnose import diagnose
 from gpupool.scheduler.placement import make_need
@@ -63,6 +61,7 @@ BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
 _UNKNOWN, _REFUSED, _FITS = 0, 1, 2  # what is known of the shape on its hosts, reservations ignored
 _LATER, _RESERVED, _INFEASIBLE = 0, 1, 2  # a skipped job's outcome
+_NOT_VISITED = Waiting("", ReasonCode.NO_CAPACITY, "")
 
 
 def groups_decide(cy: Cycle, view: QueueView) -> bool:
@@ -330,29 +329,33 @@ def _waiting(
     stop: _Stop | None,
     diagnosed: list[Diagnosis | None],
 ) -> tuple[Waiting, ...]:
-    codes = [_outcomes(t) for t in tracks]
-    out = []
-    jobs = merge(*(zip(t.g.keys, repeat(gi), range(t.n), t.g.jobs) for gi, t in enumerate(tracks)))
-    for key, gi, i, job in jobs:
-        jid = job.job_id
-        if jid in placed:
-            continue
-        if stop is not None and (stop[0] is None or key > stop[0]):
-            out.append(Waiting(jid, stop[1], stop[2]))
-            continue
-        got = visited[jid] if jid in visited else _skipped(cy, tracks[gi], codes[gi][i], i, job)
-        if got is None:
-            why = diagnosed[gi]
-            assert why is not None
-            got = Waiting(jid, why[0], why[1])
-        out.append(got)
-    return tuple(out)
-
-
-def _skipped(cy: Cycle, t: _Track, code: int, i: int, job: JobSpec) -> Waiting | None:
-    """A skipped job's reason (None: it waits for capacity)."""
-    if code == _LATER:
-        return None
-    assert t.runtime is not None
-    runtime = float(t.runtime[i])
-    return infeasible(cy, job, runtime) if code == _INFEASIBLE else reserved_waiting(cy, job, runtime)
+    """Every job not placed, in policy order, with its reason: made group by group, then merged (a server
+    stores the reasons of a 50,000-job backlog every cycle)."""
+    first = min(cy.reservations, key=lambda r: r.start_s) if cy.reservations else None
+    per_group = []
+    for t, why in zip(tracks, diagnosed, strict=True):
+        cut = t.n if stop is None else (0 if stop[0] is None else bisect_right(t.g.keys, stop[0]))
+        reason, message = why if why is not None else (ReasonCode.NO_CAPACITY, "")
+        codes = _outcomes(t).tolist()
+        runtime = t.runtime.tolist() if t.runtime is not None else []
+        out: list[Waiting | None] = []
+        for i, job in enumerate(t.g.jobs[:cut]):
+            jid = job.job_id
+            got = visited.get(jid, _NOT_VISITED)
+            if got is _NOT_VISITED:
+                if jid in placed:
+                    out.append(None)
+                    continue
+                code = codes[i]
+                if code == _INFEASIBLE:
+                    got = infeasible(cy, job, runtime[i])
+                elif code == _RESERVED:
+                    got = reserved_waiting(cy, job, runtime[i], first)
+                else:
+                    got = None
+            out.append(Waiting(jid, reason, message) if got is None else got)
+        if stop is not None:
+            out.extend(Waiting(j.job_id, stop[1], stop[2]) for j in t.g.jobs[cut:])
+        per_group.append(out)
+    merged = merge(*(zip(t.g.keys, ws, strict=True) for t, ws in zip(tracks, per_group, strict=True)))
+    return tuple(w for _, w in merged if w is not None)

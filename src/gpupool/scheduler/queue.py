@@ -62,7 +62,7 @@ class _Group:
 class QueueIndex:
     """The pending jobs by ``policy``'s static key, grouped by shape. Owned by one caller (the driver)."""
 
-    __slots__ = ("_feed", "_groups", "_held", "_read", "_where", "key", "policy")
+    __slots__ = ("_deadlines", "_elastic", "_feed", "_groups", "_held", "_read", "_where", "key", "policy")
 
     def __init__(self, policy: str) -> None:
         key = get_policy(policy).static_key
@@ -72,6 +72,8 @@ class QueueIndex:
         self._groups: dict[Shape, _Group] = {}
         self._where: dict[str, tuple[SortKey, Shape]] = {}  # job id -> its key and its group
         self._held: set[str] = set()  # jobs with dependencies or an array cap (``QueueView.held``)
+        self._deadlines = 0  # jobs with a deadline (``QueueView.deadlines``)
+        self._elastic = 0  # jobs with an elastic spec (``elastic``)
         self._feed: PendingFeed | None = None
         self._read = 0  # entries of ``_feed`` folded in
 
@@ -93,6 +95,16 @@ class QueueIndex:
         self._where[job.job_id] = (k, sh)
         if job.after or job.array_cap:
             self._held.add(job.job_id)
+        self._count(job, 1)
+
+    def _count(self, job: JobSpec, sign: int) -> None:
+        self._deadlines += sign * (job.deadline_s is not None)
+        self._elastic += sign * (job.elastic is not None)
+
+    @property
+    def elastic(self) -> int:
+        """How many pending jobs are elastic (``scheduler.elastic`` plans them before the cycle)."""
+        return self._elastic
 
     def discard(self, job_id: str) -> None:
         got = self._where.pop(job_id, None)
@@ -101,7 +113,9 @@ class QueueIndex:
         k, sh = got
         self._held.discard(job_id)
         g = self._groups[sh]
-        g.delete(bisect_left(g.keys, k))
+        i = bisect_left(g.keys, k)
+        self._count(g.jobs[i], -1)
+        g.delete(i)
         if not g.keys:
             del self._groups[sh]
 
@@ -110,6 +124,7 @@ class QueueIndex:
         self._groups.clear()
         self._where.clear()
         self._held.clear()
+        self._deadlines = self._elastic = 0
         by_shape: dict[Shape, list[tuple[SortKey, JobSpec]]] = {}
         for job in jobs:
             k = self.key(job)
@@ -118,6 +133,7 @@ class QueueIndex:
             self._where[job.job_id] = (k, sh)
             if job.after or job.array_cap:
                 self._held.add(job.job_id)
+            self._count(job, 1)
         for sh, entries in by_shape.items():
             entries.sort(key=lambda e: e[0])
             g = self._groups[sh] = _Group(sh)
@@ -148,4 +164,4 @@ class QueueIndex:
             if g.frozen is None:
                 g.frozen = QueueGroup(g.shape, tuple(g.keys), tuple(g.jobs), g.numbers)
             groups.append(g.frozen)
-        return QueueView(self.policy, tuple(groups), len(self._where), len(self._held))
+        return QueueView(self.policy, tuple(groups), len(self._where), len(self._held), self._deadlines)

@@ -288,9 +288,11 @@ def reserved(cy: Cycle, ask: Ask, wide: Wide) -> Waiting | None:
     return reserved_waiting(cy, ask.job, ask.runtime_s)
 
 
-def reserved_waiting(cy: Cycle, job: JobSpec, runtime_s: float) -> Waiting:
-    """Why a job that fits waits: expected to run past the earliest reservation (of those made so far)."""
-    first = min(cy.reservations, key=lambda r: r.start_s)
+def reserved_waiting(cy: Cycle, job: JobSpec, runtime_s: float, first: Reservation | None = None) -> Waiting:
+    """Why a job that fits waits: expected to run past the earliest reservation (of those made so far; the
+    caller may pass it)."""
+    if first is None:
+        first = min(cy.reservations, key=lambda r: r.start_s)
     return Waiting(
         job.job_id,
         ReasonCode.RESERVED,

@@ -238,6 +238,7 @@ class QueueView:
     groups: tuple[QueueGroup, ...]
     count: int
     held: int = 0  # jobs with dependencies or an array cap: the admit stage decides those one by one
+    deadlines: int | None = None  # jobs with a deadline (None: not counted)
 
 
 @dataclass(frozen=True, slots=True)
