@@ -351,3 +351,23 @@ def test_what_a_shape_knew_before_a_placement_is_asked_again_after_it() -> None:
         ("a2", "no_capacity"),
     ]
     assert got == schedule(req, remember_refusals=False)
+
+
+def test_a_job_that_may_preempt_is_decided_even_when_its_shape_waits() -> None:
+    # FIFO, 16 GPUs busy with preemptible jobs of the normal class: 500 normal jobs of one shape wait for
+    # capacity, and the high-priority one behind them, of the same shape, preempts.
+    state = ClusterState(make_fabric(1, 2))
+    full = [make_job(f"f{i}", gpus=8, preemptible=True) for i in range(2)]
+    for a in schedule(ScheduleRequest(state.snapshot(), tuple(full), 0.0)).placements:
+        state.apply(JobSubmitted(next(j for j in full if j.job_id == a.job_id), 0.0))
+        state.apply(JobPlaced(a, 0.0))
+    queue = [make_job(f"q{i}", gpus=4, t=float(i)) for i in range(500)]
+    queue.append(make_job("vip", gpus=4, t=600.0, priority=PriorityClass.HIGH))
+    s = SchedulerSettings(policy="fifo")
+    index = QueueIndex("fifo")
+    index.reset(queue)
+    req = ScheduleRequest(state.snapshot(), tuple(queue), 1000.0, scheduler_config(s), sharing_policy(s))
+    got = schedule(dataclasses.replace(req, queue=index.view()))
+    assert [(p.reason.value, p.job_id) for p in got.preemptions] == [("priority", "f0")]
+    assert got.waiting[-1].job_id == "vip" and got.waiting[-1].reason.value == "preempting"
+    assert got == schedule(req, remember_refusals=False)
