@@ -34,7 +34,9 @@ The waiting list is made only when read (``Waits``), from the view's tuples, whi
 from __future__ import annotations
 
 from bisect import bisect_right
-from heapq import heappop, heappush, merge
+from functools import partial
+from heapq import heappop, heappush
+from itertools import repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -61,7 +63,7 @@ BoolArray = npt.NDArray[np.bool_]
 FloatArray = npt.NDArray[np.float64]
 _UNKNOWN, _REFUSED, _FITS = 0, 1, 2  # what is known of the shape on its hosts, reservations ignored
 _LATER, _RESERVED, _INFEASIBLE = 0, 1, 2  # a skipped job's outcome
-_NOT_VISITED = Waiting("", ReasonCode.NO_CAPACITY, "")
+_make = partial(tuple.__new__, Waiting)  # ``Waiting(*fields)`` without its Python ``__new__``: per job of a long queue
 
 
 def groups_decide(cy: Cycle, view: QueueView) -> bool:
@@ -106,14 +108,18 @@ class _Track:
         "late_idx",
         "n",
         "placed",
+        "placed_at",
         "resv_refused",
         "runtime",
         "segments",
+        "visited",
     )
 
     def __init__(self, cy: Cycle, g: QueueGroup, bounds: _Bounds | None) -> None:
         self.g, self.n = g, len(g.jobs)
         self.cursor = self.gen = self.placed = 0
+        self.placed_at: list[int] = []  # jobs placed, by index
+        self.visited: dict[int, Waiting] = {}  # jobs decided one by one that wait for a reason of their own
         self.base, self.resv_refused, self.lasting, self.known_resv = _UNKNOWN, False, False, False
         self.segments: list[tuple[int, int, bool, bool]] = []  # [lo, hi) skipped: with a reservation, base fits
         self.late: BoolArray | None = None  # per job: expected to end after the reservation starts
@@ -218,7 +224,6 @@ def run_groups(cy: Cycle, view: QueueView) -> Waits:
     cfg, groups = cy.request.config, view.groups
     bounds = _Bounds(cy) if cy.may_preempt else None
     tracks = [_Track(cy, g, bounds) for g in groups]
-    visited: dict[str, Waiting | None] = {}  # jobs decided one by one and not placed (None: for capacity)
     soft: set[int] = set()  # groups whose knowledge holds only until the next change of state
     stop: _Stop | None = None
     heap: list[tuple[SortKey, int, int, int]] = []  # (key, group, its generation, job index)
@@ -254,9 +259,11 @@ def run_groups(cy: Cycle, view: QueueView) -> Waits:
         got: Waiting | None = None
         if len(cy.allocs) > allocs:
             t.placed += 1
+            t.placed_at.append(i)
         else:
             w = cy.waiting[-1]
-            got = visited[job.job_id] = None if w is UNDIAGNOSED else w
+            if w is not UNDIAGNOSED:
+                got = t.visited[i] = w
         if seen.version == version:
             if cfg.strict:
                 stop = (key, ReasonCode.BLOCKED, f"waits behind {job.job_id}, which does not fit (strict ordering)")
@@ -284,10 +291,9 @@ def run_groups(cy: Cycle, view: QueueView) -> Waits:
     for t in tracks:
         t.skip(t.n)
     diagnosed = _diagnoses(cy, tracks, stop)
-    placed_ids = frozenset(a.job_id for a in cy.allocs)
     return Waits(
         count=view.count - len(cy.allocs),
-        make=lambda: _waiting(cy, tracks, visited, placed_ids, stop, diagnosed),
+        make=lambda: _waiting(cy, tracks, view.order, stop, diagnosed),
     )
 
 
@@ -324,38 +330,34 @@ def _outcomes(t: _Track) -> npt.NDArray[np.int8]:
 def _waiting(
     cy: Cycle,
     tracks: list[_Track],
-    visited: dict[str, Waiting | None],
-    placed: frozenset[str],
+    order: tuple[str, ...],
     stop: _Stop | None,
     diagnosed: list[Diagnosis | None],
 ) -> tuple[Waiting, ...]:
-    """Every job not placed, in policy order, with its reason: made group by group, then merged (a server
-    stores the reasons of a 50,000-job backlog every cycle)."""
+    """Every job not placed, in policy order, with its reason: made group by group, then put in
+    order. Most jobs of a long queue wait for capacity: each group's list is made with its diagnosis first, then the few jobs with
+    a reason of their own are set; ``order`` (the view's) lists them (a server stores the reasons of a
+    50,000-job backlog every cycle)."""
     first = min(cy.reservations, key=lambda r: r.start_s) if cy.reservations else None
-    per_group = []
+    by_id: dict[str, Waiting | None] = {}
     for t, why in zip(tracks, diagnosed, strict=True):
         cut = t.n if stop is None else (0 if stop[0] is None else bisect_right(t.g.keys, stop[0]))
+        jobs = t.g.jobs
         reason, message = why if why is not None else (ReasonCode.NO_CAPACITY, "")
-        codes = _outcomes(t).tolist()
-        runtime = t.runtime.tolist() if t.runtime is not None else []
-        out: list[Waiting | None] = []
-        for i, job in enumerate(t.g.jobs[:cut]):
-            jid = job.job_id
-            got = visited.get(jid, _NOT_VISITED)
-            if got is _NOT_VISITED:
-                if jid in placed:
-                    out.append(None)
-                    continue
-                code = codes[i]
-                if code == _INFEASIBLE:
-                    got = infeasible(cy, job, runtime[i])
-                elif code == _RESERVED:
-                    got = reserved_waiting(cy, job, runtime[i], first)
-                else:
-                    got = None
-            out.append(Waiting(jid, reason, message) if got is None else got)
+        ids = t.g.ids
+        out: list[Waiting | None] = list(map(_make, zip(ids[:cut], repeat(reason), repeat(message))))
+        codes = _outcomes(t)[:cut]
+        runtime = t.runtime
+        for i in np.flatnonzero(codes).tolist():
+            assert runtime is not None
+            job, rt = jobs[i], float(runtime[i])
+            out[i] = infeasible(cy, job, rt) if codes[i] == _INFEASIBLE else reserved_waiting(cy, job, rt, first)
+        for i, w in t.visited.items():
+            if i < cut:
+                out[i] = w
+        for i in t.placed_at:
+            out[i] = None
         if stop is not None:
-            out.extend(Waiting(j.job_id, stop[1], stop[2]) for j in t.g.jobs[cut:])
-        per_group.append(out)
-    merged = merge(*(zip(t.g.keys, ws, strict=True) for t, ws in zip(tracks, per_group, strict=True)))
-    return tuple(w for _, w in merged if w is not None)
+            out.extend(map(_make, zip(ids[cut:], repeat(stop[1]), repeat(stop[2]))))
+        by_id.update(zip(ids, out, strict=True))
+    return tuple(got for jid in order if (got := by_id[jid]) is not None)

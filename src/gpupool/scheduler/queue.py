@@ -28,12 +28,13 @@ from gpupool.scheduler.types import JobNumbers, QueueGroup, QueueView, SortKey
 
 
 class _Group:
-    __slots__ = ("frozen", "jobs", "keys", "numbers", "shape")
+    __slots__ = ("frozen", "ids", "jobs", "keys", "numbers", "shape")
 
     def __init__(self, sh: Shape) -> None:
         self.shape = sh
         self.keys: list[SortKey] = []
         self.jobs: list[JobSpec] = []
+        self.ids: list[str] = []
         # Kept beside the jobs: new arrays on each change (O(group) in C), so a view may share them.
         self.numbers = JobNumbers.of(())
         self.frozen: QueueGroup | None = None  # the last view's copy, until the group changes
@@ -41,6 +42,7 @@ class _Group:
     def insert(self, i: int, k: SortKey, job: JobSpec) -> None:
         self.keys.insert(i, k)
         self.jobs.insert(i, job)
+        self.ids.insert(i, job.job_id)
         one, n = JobNumbers.of((job,)), self.numbers
         self.numbers = JobNumbers(
             np.insert(n.deadline_s, i, one.deadline_s),
@@ -51,7 +53,7 @@ class _Group:
         self.frozen = None
 
     def delete(self, i: int) -> None:
-        del self.keys[i], self.jobs[i]
+        del self.keys[i], self.jobs[i], self.ids[i]
         n = self.numbers
         self.numbers = JobNumbers(
             np.delete(n.deadline_s, i), np.delete(n.estimate_s, i), np.delete(n.priority, i), np.delete(n.elastic, i)
@@ -62,7 +64,20 @@ class _Group:
 class QueueIndex:
     """The pending jobs by ``policy``'s static key, grouped by shape. Owned by one caller (the driver)."""
 
-    __slots__ = ("_deadlines", "_elastic", "_feed", "_groups", "_held", "_read", "_where", "key", "policy")
+    __slots__ = (
+        "_deadlines",
+        "_elastic",
+        "_feed",
+        "_groups",
+        "_held",
+        "_ids",
+        "_keys",
+        "_order",
+        "_read",
+        "_where",
+        "key",
+        "policy",
+    )
 
     def __init__(self, policy: str) -> None:
         key = get_policy(policy).static_key
@@ -70,6 +85,10 @@ class QueueIndex:
             raise ValueError(f"policy {policy!r} has no static order to keep")
         self.policy, self.key = policy, key
         self._groups: dict[Shape, _Group] = {}
+        # Every job in the policy's order too: a cycle's reasons are listed in it, without merging the groups.
+        self._keys: list[SortKey] = []
+        self._ids: list[str] = []
+        self._order: tuple[str, ...] | None = None  # the last view's copy, until the queue changes
         self._where: dict[str, tuple[SortKey, Shape]] = {}  # job id -> its key and its group
         self._held: set[str] = set()  # jobs with dependencies or an array cap (``QueueView.held``)
         self._deadlines = 0  # jobs with a deadline (``QueueView.deadlines``)
@@ -92,6 +111,10 @@ class QueueIndex:
         if g is None:
             g = self._groups[sh] = _Group(sh)
         g.insert(bisect_left(g.keys, k), k, job)
+        i = bisect_left(self._keys, k)
+        self._keys.insert(i, k)
+        self._ids.insert(i, job.job_id)
+        self._order = None
         self._where[job.job_id] = (k, sh)
         if job.after or job.array_cap:
             self._held.add(job.job_id)
@@ -116,6 +139,9 @@ class QueueIndex:
         i = bisect_left(g.keys, k)
         self._count(g.jobs[i], -1)
         g.delete(i)
+        i = bisect_left(self._keys, k)
+        del self._keys[i], self._ids[i]
+        self._order = None
         if not g.keys:
             del self._groups[sh]
 
@@ -139,7 +165,12 @@ class QueueIndex:
             g = self._groups[sh] = _Group(sh)
             g.keys = [k for k, _ in entries]
             g.jobs = [j for _, j in entries]
+            g.ids = [j.job_id for j in g.jobs]
             g.numbers = JobNumbers.of(g.jobs)
+        every = sorted((e for entries in by_shape.values() for e in entries), key=lambda e: e[0])
+        self._keys = [k for k, _ in every]
+        self._ids = [j.job_id for _, j in every]
+        self._order = None
 
     def sync(self, snapshot: ClusterSnapshot) -> bool:
         """Bring the index to the snapshot's queue from its pending feed; False when the snapshot has none
@@ -162,6 +193,8 @@ class QueueIndex:
         groups = []
         for g in self._groups.values():
             if g.frozen is None:
-                g.frozen = QueueGroup(g.shape, tuple(g.keys), tuple(g.jobs), g.numbers)
+                g.frozen = QueueGroup(g.shape, tuple(g.keys), tuple(g.jobs), tuple(g.ids), g.numbers)
             groups.append(g.frozen)
-        return QueueView(self.policy, tuple(groups), len(self._where), len(self._held), self._deadlines)
+        if self._order is None:
+            self._order = tuple(self._ids)
+        return QueueView(self.policy, tuple(groups), self._order, len(self._held), self._deadlines)

@@ -226,6 +226,7 @@ class QueueGroup:
     shape: tuple[object, ...]
     keys: tuple[SortKey, ...]
     jobs: tuple[JobSpec, ...]
+    ids: tuple[str, ...]  # the jobs' ids
     numbers: JobNumbers | None = field(default=None, compare=False, repr=False)  # None: made from ``jobs``
 
 
@@ -236,9 +237,13 @@ class QueueView:
 
     policy: str
     groups: tuple[QueueGroup, ...]
-    count: int
+    order: tuple[str, ...]  # every pending job's id in the policy's order (the groups merged)
     held: int = 0  # jobs with dependencies or an array cap: the admit stage decides those one by one
     deadlines: int | None = None  # jobs with a deadline (None: not counted)
+
+    @property
+    def count(self) -> int:
+        return len(self.order)
 
 
 @dataclass(frozen=True, slots=True)
