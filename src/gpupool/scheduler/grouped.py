@@ -339,6 +339,7 @@ def _waiting(
     a reason of their own are set; ``order`` (the view's) lists them (a server stores the reasons of a
     50,000-job backlog every cycle)."""
     first = min(cy.reservations, key=lambda r: r.start_s) if cy.reservations else None
+    reserved: dict[float, Waiting] = {}  # by runtime
     by_id: dict[str, Waiting | None] = {}
     for t, why in zip(tracks, diagnosed, strict=True):
         cut = t.n if stop is None else (0 if stop[0] is None else bisect_right(t.g.keys, stop[0]))
@@ -347,11 +348,18 @@ def _waiting(
         ids = t.g.ids
         out: list[Waiting | None] = list(map(_make, zip(ids[:cut], repeat(reason), repeat(message))))
         codes = _outcomes(t)[:cut]
-        runtime = t.runtime
-        for i in np.flatnonzero(codes).tolist():
-            assert runtime is not None
-            job, rt = jobs[i], float(runtime[i])
-            out[i] = infeasible(cy, job, rt) if codes[i] == _INFEASIBLE else reserved_waiting(cy, job, rt, first)
+        own = np.flatnonzero(codes)
+        if len(own):
+            assert t.runtime is not None
+            for i, code, rt in zip(own.tolist(), codes[own].tolist(), t.runtime[own].tolist(), strict=True):
+                if code == _INFEASIBLE:
+                    out[i] = infeasible(cy, jobs[i], rt)
+                    continue
+                # RESERVED says when the job would end and whose reservation it would cross: not who it is.
+                like = reserved.get(rt)
+                if like is None:
+                    like = reserved[rt] = reserved_waiting(cy, jobs[i], rt, first)
+                out[i] = _make((ids[i], like.reason, like.message))
         for i, w in t.visited.items():
             if i < cut:
                 out[i] = w
