@@ -191,6 +191,11 @@ class _Track:
             self.segments.append((self.cursor, upto, self.known_resv, self.base == _FITS))
             self.cursor = upto
 
+    def changed_after(self, key: SortKey) -> None:
+        """The state changed at ``key``: what was known holds for the jobs before it, not after."""
+        self.skip(bisect_right(self.g.keys, key, self.cursor))
+        self.forget()
+
     def forget(self) -> None:
         self.base, self.resv_refused, self.lasting, self.known_resv = _UNKNOWN, False, False, False
 
@@ -241,7 +246,7 @@ def run_groups(cy: Cycle, view: QueueView) -> Waits:
     else:
         for gi in range(len(groups)):
             push(gi)
-    default_runtime, seen = cy.sh.default_runtime_s, cy.seen
+    seen = cy.seen
     while heap:
         key, gi, gen, i = heappop(heap)
         t = tracks[gi]
@@ -249,12 +254,8 @@ def run_groups(cy: Cycle, view: QueueView) -> Waits:
             continue  # pushed again since
         t.skip(i)
         t.cursor = i + 1
-        job = cy.placed_as(t.g.jobs[i])
-        sk = cy.shape_ids.get(t.g.shape)
-        if sk is None:
-            sk = cy.shape_ids[t.g.shape] = len(cy.shape_ids)
-        mkey, mask = cy.mask(job)
-        ask = Ask(job, sk, mask, mkey, job.runtime_with(job.tasks, default_runtime))
+        ask = _ask(cy, t.g, i)
+        job = ask.job
         version, allocs, resv = seen.version, len(cy.allocs), len(cy.reservations)
         decide(cy, ask)
         got: Waiting | None = None
@@ -283,9 +284,7 @@ def run_groups(cy: Cycle, view: QueueView) -> Waits:
         soft.discard(gi)
         t.forget()
         for p in soft:
-            o = tracks[p]
-            o.skip(bisect_right(o.g.keys, key, o.cursor))
-            o.forget()
+            tracks[p].changed_after(key)
             push(p)
         soft.clear()
         push(gi)
@@ -296,6 +295,15 @@ def run_groups(cy: Cycle, view: QueueView) -> Waits:
         count=view.count - len(cy.allocs),
         make=lambda: _waiting(cy, tracks, view.order, stop, diagnosed),
     )
+
+
+def _ask(cy: Cycle, g: QueueGroup, i: int) -> Ask:
+    job = cy.placed_as(g.jobs[i])
+    sk = cy.shape_ids.get(g.shape)
+    if sk is None:
+        sk = cy.shape_ids[g.shape] = len(cy.shape_ids)
+    mkey, mask = cy.mask(job)
+    return Ask(job, sk, mask, mkey, job.runtime_with(job.tasks, cy.sh.default_runtime_s))
 
 
 def _limit_message(limit: int) -> str:
