@@ -12,8 +12,11 @@ every stage but place and diagnose returns at once: the cycle orders, places and
 
 Refusals are remembered (``refusals.Refusals``): a shape that did not fit on a mask is not searched again,
 and a job refused like an earlier one while nothing changed gets the same answer, so a queue of thousands
-of blocked jobs of a few shapes costs lookups. ``schedule(..., remember_refusals=False)`` decides every job
-afresh; the tests hold the two to identical results.
+of blocked jobs of a few shapes costs lookups. With the queue kept between cycles (``request.queue``) and no
+pools, quotas, held jobs or conservative backfill, the cycle visits only the jobs whose outcome their shape's
+last visited job does not decide (``scheduler.grouped``): a long queue with nothing placeable costs one visit
+per shape. ``schedule(..., remember_refusals=False)`` decides every job afresh; the tests hold the three to
+identical results.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 Why: a cycle over 50,000 pending jobs that sorts and visits every one of them costs tens of milliseconds
 even when nothing can be placed. When the policy's order depends on each job alone (``static_key``: fifo,
-priority, sjf, edf), the caller keeps a ``QueueIndex``: each job is keyed and grouped once, when it enters
-the queue, and a cycle whose outcome the shape alone decides (``Cycle.by_shape``) visits shapes, not jobs
+priority, sjf, srt, edf), the caller keeps a ``QueueIndex``: each job is keyed and grouped once, when it
+enters the queue, with the numbers a cycle reads without visiting it (``JobNumbers``: deadline, estimate,
+priority, elasticity), and the cycle visits only the jobs whose outcome their shape does not decide
 (``scheduler.grouped``). The index follows the cluster state's ``PendingFeed`` (what entered and left the
 queue since it last read), so keeping it costs O(changes) per cycle.
 
