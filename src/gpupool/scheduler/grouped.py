@@ -199,8 +199,9 @@ class _Track:
     def forget(self) -> None:
         self.base, self.resv_refused, self.lasting, self.known_resv = _UNKNOWN, False, False, False
 
-    def learn(self, cy: Cycle, i: int, got: Waiting | None, ask: Ask) -> None:
-        """What job ``i``'s outcome (None: it waits for capacity) says of its shape until the next change."""
+    def learn(self, cy: Cycle, i: int, got: Waiting | None, ask: Ask, exact: dict[int, bool]) -> None:
+        """What job ``i``'s outcome (None: it waits for capacity) says of its shape until the next change.
+        ``exact``: per shape id, whether its search is monotone (filled here)."""
         if self.elastic is not None and self.elastic[i]:
             return  # it tried smaller sizes too: its outcome says nothing of the full size alone
         resv = bool(cy.reservations)
@@ -213,7 +214,13 @@ class _Track:
         else:
             return
         self.known_resv = resv
-        self.lasting = self.base == _REFUSED and monotone(Wide(ask.job, cy.cap, ask.base).need)
+        if self.base == _REFUSED:
+            known = exact.get(ask.shape)
+            if known is None:
+                known = exact[ask.shape] = monotone(Wide(ask.job, cy.cap, ask.base).need)
+            self.lasting = known
+        else:
+            self.lasting = False
 
 
 def _after(idx: IntArray | None, c: int, n: int) -> int:
@@ -231,6 +238,7 @@ def run_groups(cy: Cycle, view: QueueView) -> Waits:
     bounds = _Bounds(cy) if cy.may_preempt else None
     tracks = [_Track(cy, g, bounds) for g in groups]
     soft: set[int] = set()  # groups whose knowledge holds only until the next change of state
+    exact: dict[int, bool] = {}  # shape id -> its search is monotone
     stop: _Stop | None = None
     heap: list[tuple[SortKey, int, int, int]] = []  # (key, group, its generation, job index)
 
@@ -270,7 +278,7 @@ def run_groups(cy: Cycle, view: QueueView) -> Waits:
             if cfg.strict:
                 stop = (key, ReasonCode.BLOCKED, f"waits behind {job.job_id}, which does not fit (strict ordering)")
                 break
-            t.learn(cy, i, got, ask)
+            t.learn(cy, i, got, ask, exact)
             (soft.discard if t.lasting or t.base == _UNKNOWN else soft.add)(gi)
             push(gi)
             continue

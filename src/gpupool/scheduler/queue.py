@@ -44,21 +44,12 @@ class _Group:
         self.keys.insert(i, k)
         self.jobs.insert(i, job)
         self.ids.insert(i, job.job_id)
-        one, n = JobNumbers.of((job,)), self.numbers
-        self.numbers = JobNumbers(
-            np.insert(n.deadline_s, i, one.deadline_s),
-            np.insert(n.estimate_s, i, one.estimate_s),
-            np.insert(n.priority, i, one.priority),
-            np.insert(n.elastic, i, one.elastic),
-        )
+        self.numbers = JobNumbers(np.insert(self.numbers.table, i, JobNumbers.row(job), axis=0))
         self.frozen = None
 
     def delete(self, i: int) -> None:
         del self.keys[i], self.jobs[i], self.ids[i]
-        n = self.numbers
-        self.numbers = JobNumbers(
-            np.delete(n.deadline_s, i), np.delete(n.estimate_s, i), np.delete(n.priority, i), np.delete(n.elastic, i)
-        )
+        self.numbers = JobNumbers(np.delete(self.numbers.table, i, axis=0))
         self.frozen = None
 
 

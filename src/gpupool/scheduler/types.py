@@ -202,21 +202,42 @@ SortKey = tuple[float | int | str, ...]  # a queue policy's sort key: total, end
 @dataclass(frozen=True, slots=True, eq=False)
 class JobNumbers:
     """What a cycle reads of each job of a group without visiting it (deadline admission, reservations,
-    preemption), one array entry per job in the group's order. Arrays are never changed in place."""
+    preemption): one row per job in the group's order, one table (a job entering or leaving is one
+    ``np.insert`` or ``np.delete``). Never changed in place."""
 
-    deadline_s: npt.NDArray[np.float64]  # inf: no deadline
-    estimate_s: npt.NDArray[np.float64]  # nan: no estimate
-    priority: npt.NDArray[np.int64]
-    elastic: npt.NDArray[np.bool_]  # it may start on fewer tasks (``JobSpec.fewest_tasks``)
+    table: npt.NDArray[np.float64]  # columns: deadline (inf: none), estimate (nan: none), priority, elastic
+
+    @staticmethod
+    def row(j: JobSpec) -> tuple[float, float, float, float]:
+        dl, est = j.deadline_s, j.estimated_runtime_s
+        return (
+            inf if dl is None else dl,
+            nan if est is None else est,
+            float(j.priority),
+            float(j.fewest_tasks < j.tasks),
+        )
 
     @staticmethod
     def of(jobs: Sequence[JobSpec]) -> JobNumbers:
-        return JobNumbers(
-            np.array([inf if j.deadline_s is None else j.deadline_s for j in jobs], dtype=np.float64),
-            np.array([nan if j.estimated_runtime_s is None else j.estimated_runtime_s for j in jobs], dtype=np.float64),
-            np.array([int(j.priority) for j in jobs], dtype=np.int64),
-            np.array([j.fewest_tasks < j.tasks for j in jobs], dtype=np.bool_),
-        )
+        return JobNumbers(np.array([JobNumbers.row(j) for j in jobs], dtype=np.float64).reshape(len(jobs), 4))
+
+    @property
+    def deadline_s(self) -> npt.NDArray[np.float64]:
+        return self.table[:, 0]
+
+    @property
+    def estimate_s(self) -> npt.NDArray[np.float64]:
+        return self.table[:, 1]
+
+    @property
+    def priority(self) -> npt.NDArray[np.float64]:
+        return self.table[:, 2]
+
+    @property
+    def elastic(self) -> npt.NDArray[np.bool_]:
+        """Whether it may start on fewer tasks (``JobSpec.fewest_tasks``)."""
+        out: npt.NDArray[np.bool_] = self.table[:, 3] > 0
+        return out
 
 
 @dataclass(frozen=True, slots=True)
