@@ -21,6 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+import numpy as np
+from numpy.typing import NDArray
+
 from gpupool.cluster.snapshot import NODE_UP, ClusterSnapshot
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
 from gpupool.scheduler.backfill import expected_end
@@ -36,6 +39,11 @@ def at_risk(slack_s: float, runtime_s: float, share: float) -> bool:
     """A deadline job that still makes it if it starts now (``slack_s`` >= 0: its deadline less now, the launch
     and its runtime) but with less slack than ``share`` of its runtime or ``AT_RISK_MIN_S``."""
     return 0.0 <= slack_s <= max(share * runtime_s, AT_RISK_MIN_S)
+
+
+def at_risk_each(slack_s: NDArray[np.float64], runtime_s: NDArray[np.float64], share: float) -> NDArray[np.bool_]:
+    """``at_risk`` element-wise (the kept queue's cycle asks it of a whole group at once)."""
+    return (slack_s >= 0.0) & (slack_s <= np.maximum(share * runtime_s, AT_RISK_MIN_S))
 
 
 class Verdict(StrEnum):

@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.scheduler.cyclestate import UNDIAGNOSED, Ask, Cycle, Wide
+from gpupool.scheduler.deadlines import at_risk_each
 from gpupool.scheduler.diagnose import diagnose
 from gpupool.scheduler.placement import make_need
 from gpupool.scheduler.refusals import Diagnosis, monotone
@@ -155,7 +156,7 @@ class _Track:
                     visit |= prio > bounds.above
                 if bounds.risk_from is not None:
                     slack = dl - cy.now - sh.launch_latency_s - runtime  # ``stages.at_risk``
-                    visit |= (slack >= 0.0) & (slack <= sh.deadline_at_risk * runtime) & (prio >= bounds.risk_from)
+                    visit |= at_risk_each(slack, runtime, sh.deadline_at_risk) & (prio >= bounds.risk_from)
         visit &= adm
         self.always = np.flatnonzero(visit)
         self.adm = np.flatnonzero(adm & ~visit)
