@@ -11,6 +11,10 @@
 completions a GPU count needs before it gets a distribution of its own; ``--gittins-window``: the most recent
 completions kept per group; ``--gittins-cohort-s``: the cohort window, 0 for none).
 
+``sf-srpt`` (ServerFilling-SRPT) reads the trace's durations as exact estimates whatever ``--know-durations``
+says: it is a clairvoyant reference arm (``"knows_durations": true`` in its line). ``--jobs N`` runs the
+first N jobs only (to explore); ``--gpus``/``--gpus-per-host`` size the cluster (another ITP cluster).
+
 Gavel's simulator on the same trace and cluster: FIFO 279,919 s, LAS 161,022 s; the bound is 66,192 s.
 ``--preemption-by-service`` (Tiresias; implies ``--preemption``) runs every ``--max-lost-s`` value against
 every ``--thresholds`` set of LAS queue limits in GPU-seconds (the scheduler's default when not given).
@@ -20,18 +24,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from gpupool.scheduler import SchedulerConfig
 from gpupool.scheduler.gittins import GittinsConfig
-from gpupool.scheduler.settings import SchedulerSettings
+from gpupool.scheduler.settings import SchedulerSettings, sharing_policy
 from gpupool.sim.engine import Engine
 from gpupool.sim.fabrics import uniform_fabric
 from gpupool.sim.metrics import compute_metrics
 from gpupool.sim.runner import sim_jobs
 from gpupool.sim.traces import load_trace
 from gpupool.sim.world import WorldConfig
+
+GITTINS = frozenset({"gittins", "sf-gittins"})  # the arms the Gittins knobs apply to
+ORACLES = frozenset({"sf-srpt"})  # reference arms that read the durations as exact estimates
 
 
 def _lost(text: str) -> float | None:
@@ -58,23 +67,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gittins-min-group", type=int, default=GittinsConfig().min_group_samples)
     ap.add_argument("--gittins-window", type=int, default=GittinsConfig().max_samples)
     ap.add_argument("--gittins-cohort-s", nargs="+", type=float, default=[GittinsConfig().cohort_window_s])
+    ap.add_argument("--jobs", type=int, default=0, help="the first N jobs only (0: all)")
+    ap.add_argument("--gpus", type=int, default=16)
+    ap.add_argument("--gpus-per-host", type=int, default=8)
     args = ap.parse_args(argv)
     trace = load_trace(args.trace, "itp")
-    fabric = uniform_fabric(16, 8)
+    if args.jobs > 0:
+        trace = replace(trace, jobs=trace.jobs[: args.jobs])  # sorted by submission
+    fabric = uniform_fabric(args.gpus, args.gpus_per_host)
     world = WorldConfig()
     by_service = args.preemption_by_service
     preemption = args.preemption or by_service
-    jobs, _ = sim_jobs(trace, fabric, know_durations=args.know_durations, preemptible=preemption)
+    jobs_of = {know: sim_jobs(trace, fabric, know_durations=know, preemptible=preemption)[0] for know in (False, True)}
     limits = args.thresholds or [SchedulerConfig().las_thresholds_gpu_s]
     keys = ("jobs", "finished", "avg_jct_s", "lb_avg_jct_s", "avg_jct_over_lb", "preemptions",
             "gpu_hours_lost_to_preemption")  # fmt: skip
     arms = [
         (policy, thresholds, lost, quantum, cohort)
         for policy in args.policies
-        for thresholds in (limits if policy != "gittins" else limits[:1])
+        for thresholds in (limits if policy == "las" else limits[:1])
         for lost in (args.max_lost_s if by_service else [None])
-        for quantum in (args.gittins_quantum if policy == "gittins" else [None])
-        for cohort in (args.gittins_cohort_s if policy == "gittins" else [None])
+        for quantum in (args.gittins_quantum if policy in GITTINS else [None])
+        for cohort in (args.gittins_cohort_s if policy in GITTINS else [None])
     ]
     for policy, thresholds, lost, quantum, cohort in arms:
         gittins = GittinsConfig(
@@ -92,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
             preemption_by_service=by_service,
             max_lost_s=lost,
         )
+        know = args.know_durations or policy in ORACLES
+        pre = sharing_policy(settings).preemption  # what the settings come to (a preemptive policy implies)
         t0, c0 = time.perf_counter(), time.process_time()
-        result = Engine(fabric, jobs, settings, world).run()
+        result = Engine(fabric, jobs_of[know], settings, world).run()
         m = compute_metrics(result, inference_slo_wait_s=world.inference_slo_wait_s)
         knobs = (
             {
@@ -102,12 +118,15 @@ def main(argv: list[str] | None = None) -> int:
                 "gittins_window": args.gittins_window,
                 "gittins_cohort_s": cohort,
             }
-            if policy == "gittins"
+            if policy in GITTINS
             else {"las_thresholds_gpu_s": list(thresholds)}
+            if policy == "las"
+            else {}
         )
-        row = {"policy": policy, "preemption": preemption, "by_service": by_service, "max_lost_s": lost,
-               **knobs, **{k: m[k] for k in keys},
-               "wall_s": round(time.perf_counter() - t0, 3), "cpu_s": round(time.process_time() - c0, 3)}  # fmt: skip
+        row = {"policy": policy, "gpus": args.gpus, "knows_durations": know, "preemption": preemption,
+               "by_service": pre.by_service, "max_lost_s": pre.max_lost_s, **knobs, **{k: m[k] for k in keys},
+               "wall_s": round(time.perf_counter() - t0, 3), "cpu_s": round(time.process_time() - c0, 3),
+               "load_avg_1m": round(os.getloadavg()[0], 2)}  # fmt: skip
         print(json.dumps(row), flush=True)
     return 0
 

@@ -23,6 +23,7 @@ from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.errors import UnknownNameError
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec, PriorityClass
 from gpupool.scheduler.gittins import GittinsView, ServiceHistory
+from gpupool.scheduler.serverfilling import Filling, server_filling
 from gpupool.scheduler.types import SchedulerConfig, ScheduleRequest, SharingPolicy, SortKey
 
 KeyFn = Callable[[JobSpec], SortKey]
@@ -285,19 +286,101 @@ class GittinsIndex(_Policy):
         return rank
 
 
+def in_system(request: ScheduleRequest, pending: Iterable[JobSpec]) -> list[tuple[JobSpec, float]]:
+    """``pending`` and the running jobs, each with its GPU-service so far (a running job's current run counted)."""
+    snapshot, now_s = request.snapshot, request.now_s
+    att = snapshot.attained_gpu_s
+    out = [(j, att.get(j.job_id, 0.0)) for j in pending]
+    out += [
+        (r.spec, att.get(jid, 0.0) + r.runtime_s(now_s) * r.gpu_milli / MILLI_PER_GPU)
+        for jid, r in snapshot.running.items()
+    ]
+    return out
+
+
 def gittins_view(request: ScheduleRequest) -> GittinsView:
     """This cycle's Gittins ranking; with cohorts, every job in the system is a censored sample."""
     hist = service_history(request)
     if hist.config.cohort_window_s <= 0:
         return hist.view(())
-    snapshot, now_s = request.snapshot, request.now_s
-    att = snapshot.attained_gpu_s
-    alive = [(j.submit_time_s, att.get(j.job_id, 0.0)) for j in snapshot.pending]
-    alive += [
-        (r.spec.submit_time_s, att.get(jid, 0.0) + r.runtime_s(now_s) * r.gpu_milli / MILLI_PER_GPU)
-        for jid, r in snapshot.running.items()
-    ]
-    return hist.view(alive)
+    return hist.view((j.submit_time_s, service) for j, service in in_system(request, request.snapshot.pending))
+
+
+# (job, GPU-service so far) -> its priority in a ServerFilling policy; lower first.
+Rank = Callable[[JobSpec, float], float]
+_NOT_SERVED = math.inf  # a waiting job outside the prefix: it preempts nobody
+
+
+@dataclass(frozen=True, slots=True)
+class _ServerFilling(_Policy):
+    """ServerFilling (``scheduler.serverfilling``) over every job in the system (the request's pending jobs
+    and the running ones) ranked by ``priority``, on the cluster's GPUs. The queue's order: the waiting jobs
+    of the prefix, largest first, then the others by priority (they take GPUs the prefix leaves free, as on
+    hosts a large job of the prefix may not fit at once). Preemptive: with preemption on, a waiting job of the
+    prefix preempts running jobs outside it, the lowest ranked first (at their checkpoints, ``max_lost_s``);
+    jobs of the prefix never preempt each other, and jobs outside it preempt nobody."""
+
+    preempts_by_service: bool = True
+
+    def priority(self, request: ScheduleRequest) -> Rank:
+        raise NotImplementedError
+
+    def filling(self, request: ScheduleRequest) -> tuple[Filling, dict[str, int]]:
+        """The cycle's choice, and each job's place in the ranking."""
+        prio = self.priority(request)
+        jobs = in_system(request, request.pending)
+        ranked = sorted(((prio(j, s), j.submit_time_s, j.job_id, j.total_gpus) for j, s in jobs))
+        gpus = int(request.snapshot.index.host_gpus.sum())
+        got = server_filling([(r[2], r[3]) for r in ranked], gpus)
+        return got, {r[2]: i for i, r in enumerate(ranked)}
+
+    def prepare(self, request: ScheduleRequest) -> KeyFn:
+        pos = {jid: i for i, jid in enumerate(self.filling(request)[0].order)}
+        return lambda j: (pos[j.job_id], j.job_id)
+
+    def service_ranker(self, request: ScheduleRequest) -> ServiceRanker:
+        """-1 in the prefix; outside, a running job's place in the ranking (the last is preempted first) and
+        a waiting job's infinity."""
+        got, place = self.filling(request)
+        served = got.served
+
+        def rank(job: JobSpec, attained: float, running: bool) -> float:
+            if job.job_id in served:
+                return -1.0
+            return float(place.get(job.job_id, len(place))) if running else _NOT_SERVED
+
+        return rank
+
+
+def remaining_work(job: JobSpec, service_gpu_s: float) -> float:
+    """GPU-seconds left by the job's estimate (infinite without one). Work lost to preemptions counts as done
+    (attained service includes it): at most ``max_lost_s`` and a restart per preemption."""
+    est = job.estimated_runtime_s
+    return math.inf if est is None else max(0.0, est * job.gpu_milli / MILLI_PER_GPU - service_gpu_s)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFillingSrpt(_ServerFilling):
+    """ServerFilling-SRPT: least remaining work (GPU-seconds, the fluid bound's SRPT) first. Clairvoyant: it
+    reads the jobs' runtime estimates as exact (a reference arm, an oracle with ``--know-durations``)."""
+
+    name: str = "sf-srpt"
+
+    def priority(self, request: ScheduleRequest) -> Rank:
+        return remaining_work
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFillingGittins(_ServerFilling):
+    """ServerFilling-Gittins: highest Gittins index of attained GPU-service first (``gittins``' index, its
+    history and cohorts). Needs no runtime estimates."""
+
+    uses_service_history: bool = True
+    name: str = "sf-gittins"
+
+    def priority(self, request: ScheduleRequest) -> Rank:
+        view = gittins_view(request)
+        return lambda j, service: -view.index(j.total_gpus, service, j.submit_time_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,6 +477,8 @@ POLICIES: Mapping[str, QueuePolicy] = MappingProxyType(
             HighestResponseRatioNext(),
             LeastAttainedService(),
             GittinsIndex(),
+            ServerFillingSrpt(),
+            ServerFillingGittins(),
             EarliestDeadlineFirst(),
             Slack(),
             FairShare(),

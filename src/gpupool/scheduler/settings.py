@@ -46,7 +46,7 @@ PREEMPTIVE_MAX_LOST_S = 60.0
 @dataclass(frozen=True, slots=True)
 class SchedulerSettings:
     # Who goes next and where it goes (one registry each).
-    policy: str = "srt"  # fifo, priority, srt, sjf, hrrn, las, gittins, edf, slack, fair
+    policy: str = "srt"  # fifo, priority, srt, sjf, hrrn, las, gittins, sf-srpt, sf-gittins, edf, slack, fair
     placer: str = "topology"  # first-fit, best-fit, spread, topology, frag
     max_placements_per_cycle: int = 1000  # the rest of the queue waits for the next cycle (CYCLE_LIMIT)
     strict: bool = False  # nothing overtakes a job that does not fit (the rest wait BLOCKED)

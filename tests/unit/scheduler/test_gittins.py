@@ -106,10 +106,10 @@ def test_the_policy_orders_by_index_then_submission() -> None:
     assert get_policy("las").service_ranker(las_req)(jobs[1], 150.0, True) == 1.0
 
 
-def test_only_gittins_declares_it_learns_from_completions_and_preempts_by_service() -> None:
+def test_only_the_gittins_policies_learn_from_completions_and_only_the_ranked_ones_preempt_by_service() -> None:
     # Callers (the loop driver, the settings) read these declarations instead of testing a policy's name.
-    assert {n for n, p in POLICIES.items() if p.uses_service_history} == {"gittins"}
-    assert {n for n, p in POLICIES.items() if p.preempts_by_service} == {"gittins"}
+    assert {n for n, p in POLICIES.items() if p.uses_service_history} == {"gittins", "sf-gittins"}
+    assert {n for n, p in POLICIES.items() if p.preempts_by_service} == {"gittins", "sf-gittins", "sf-srpt"}
 
 
 def _start(
