@@ -66,6 +66,10 @@ class GittinsConfig:
     # with the whole history weighing as ``cohort_pooled_weight`` completions. Needs ``cohort_min`` finished.
     cohort_window_s: float = 43200.0  # 0: off
     cohort_min: int = 5
+    # Whether ``cohort_min`` counts the cohort's survivors (jobs still in the system with some service) beside
+    # its completions: a burst whose first jobs all ran past some service without finishing says so before
+    # any of them finishes (Kaplan-Meier with no event puts them at twice the longest service seen).
+    cohort_counts_survivors: bool = False
     cohort_pooled_weight: float = 5.0
 
 
@@ -173,11 +177,11 @@ class ServiceHistory:
         lo_t, hi_t = (bucket - 1) * w, (bucket + 2) * w
         lo = int(np.searchsorted(self._submits, lo_t, side="left"))
         hi = int(np.searchsorted(self._submits, hi_t, side="left"))
-        if hi - lo < cfg.cohort_min:
-            return None
-        done = self._values[lo:hi]
         inside = (alive_submits >= lo_t) & (alive_submits < hi_t) & (alive_service > 0)
         cens = alive_service[inside]
+        if hi - lo + (len(cens) if cfg.cohort_counts_survivors else 0) < cfg.cohort_min:
+            return None
+        done = self._values[lo:hi]
         # Kaplan-Meier: at each finished value, the survivors' share falls by the finished / at risk.
         times = np.concatenate([done, cens])
         is_event = np.concatenate([np.ones(len(done), dtype=bool), np.zeros(len(cens), dtype=bool)])
