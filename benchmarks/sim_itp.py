@@ -68,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gittins-window", type=int, default=GittinsConfig().max_samples)
     ap.add_argument("--gittins-cohort-s", nargs="+", type=float, default=[GittinsConfig().cohort_window_s])
     ap.add_argument("--gittins-survivors", action="store_true", help="cohort_min counts survivors too")
-    ap.add_argument("--signal-s", type=float, default=None, help="service_signal_s: checkpoint victims on demand")
     ap.add_argument("--jobs", type=int, default=0, help="the first N jobs only (0: all)")
     ap.add_argument("--gpus", type=int, default=16)
     ap.add_argument("--gpus-per-host", type=int, default=8)
@@ -108,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
             preemption=preemption,
             preemption_by_service=by_service,
             max_lost_s=lost,
-            service_signal_s=args.signal_s,
         )
         know = args.know_durations or policy in ORACLES
         pre = sharing_policy(settings).preemption  # what the settings come to (a preemptive policy implies)
@@ -129,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             else {}
         )
         row = {"policy": policy, "gpus": args.gpus, "knows_durations": know, "preemption": preemption,
-               "by_service": pre.by_service, "max_lost_s": pre.max_lost_s, "signal_s": pre.signal_s, **knobs, **{k: m[k] for k in keys},
+               "by_service": pre.by_service, "max_lost_s": pre.max_lost_s, **knobs, **{k: m[k] for k in keys},
                "wall_s": round(time.perf_counter() - t0, 3), "cpu_s": round(time.process_time() - c0, 3),
                "load_avg_1m": round(os.getloadavg()[0], 2)}  # fmt: skip
         print(json.dumps(row), flush=True)

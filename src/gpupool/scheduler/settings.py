@@ -68,8 +68,6 @@ class SchedulerSettings:
     preemption_by_priority: bool = True  # a job may preempt ``preemptible`` jobs of a lower priority class
     preemption_by_service: bool = False  # ... and ``preemptible`` jobs it ranks before (LAS queue, Gittins index)
     max_lost_s: float | None = None  # by service: spare victims with more work than this since a checkpoint
-    # by service with max_lost_s: signal such a victim to checkpoint and preempt it this long after (None: spare it)
-    service_signal_s: float | None = None
     preemption_min_runtime_s: float = 300.0  # a job runs this long before a preemptor may take its GPUs
     preemption_grace_s: float = 300.0  # a reclaim's checkpoint signal comes this long before the stop
     max_preemptors_per_cycle: int = 16
@@ -107,9 +105,6 @@ def problems(s: SchedulerSettings) -> list[tuple[str, str]]:
         out.append(("max_lost_s", f"{s.max_lost_s} is negative"))
     elif s.max_lost_s is not None and not by_service(s):
         out.append(("max_lost_s", "needs preemption by service (preemption_by_service, or a preemptive policy)"))
-    lost = s.max_lost_s if s.max_lost_s is not None or s.preemption_by_service else PREEMPTIVE_MAX_LOST_S
-    if s.service_signal_s is not None and not 0 <= s.service_signal_s <= (lost if lost is not None else -1.0):
-        out.append(("service_signal_s", f"{s.service_signal_s} must be between 0 and max_lost_s ({lost})"))
     for name in ("max_placements_per_cycle", "max_domains_tried", "max_preemptors_per_cycle", "max_victims_per_job"):
         if getattr(s, name) < 1:
             out.append((name, f"{getattr(s, name)} must be at least 1"))
@@ -177,7 +172,6 @@ def sharing_policy(
             by_priority=s.preemption_by_priority,
             by_service=service,
             max_lost_s=lost,
-            signal_s=s.service_signal_s,
             min_runtime_s=s.preemption_min_runtime_s,
             grace_s=s.preemption_grace_s,
             max_preemptors_per_cycle=s.max_preemptors_per_cycle,

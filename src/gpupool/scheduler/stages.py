@@ -375,7 +375,7 @@ def candidates(cy: Cycle, ask: Ask) -> list[Candidate]:
             if (
                 rank > mine
                 and r.runtime_s(now) >= pre.min_runtime_s
-                and (pre.max_lost_s is None or pre.signal_s is not None or r.work_lost_s(now) <= pre.max_lost_s)
+                and (pre.max_lost_s is None or r.work_lost_s(now) <= pre.max_lost_s)
             ):
                 out.append(candidate(r, ReasonCode.ATTAINED_SERVICE, cap, now, -rank))
             continue
@@ -408,7 +408,6 @@ def preempt(cy: Cycle, ask: Ask, asker: Who | None) -> Waiting | None:
     seen.bump()
     cy.preemptors += 1
     due = job.submit_time_s + pre.grace_s
-    until = cy.now
     names = ", ".join(v.running.spec.job_id for v in victims)
     gpus = sum(v.running.gpu_milli for v in victims) / MILLI_PER_GPU
     waits = False
@@ -416,31 +415,20 @@ def preempt(cy: Cycle, ask: Ask, asker: Who | None) -> Waiting | None:
         vid = v.running.spec.job_id
         cy.victims.add(vid)
         why = f"preempted for {job.job_id} ({v.reason.value}): frees {gpus:g} GPUs with {names}"
-        at = due if v.reason in RECLAIMS else _signal_until(cy, v)
-        if at is not None and (cy.now < at or v.reason not in RECLAIMS):
+        if v.reason in RECLAIMS and cy.now < due:
             waits = True
-            until = max(until, at)
             if vid not in cy.signalled:
                 cy.signalled.add(vid)
-                cy.signals.append(Signal(vid, SignalKind.CHECKPOINT, v.reason, why, at))
+                cy.signals.append(Signal(vid, SignalKind.CHECKPOINT, v.reason, why, due))
         else:
             cy.preemptions.append(Preemption(vid, v.reason, why))
     cy.victims_changed()
     msg = (
-        f"signalled {len(victims)} job(s) ({names}) to checkpoint; they are preempted at t={until:.0f}"
+        f"signalled {len(victims)} job(s) ({names}) to checkpoint; they are preempted at t={due:.0f}"
         if waits
         else f"preempted {len(victims)} job(s) ({names}) to free {gpus:g} GPUs; placed once they are gone"
     )
     return Waiting(job.job_id, ReasonCode.PREEMPTING, msg)
-
-
-def _signal_until(cy: Cycle, v: Candidate) -> float | None:
-    """A victim by service that would lose more than ``max_lost_s`` (only a candidate with ``signal_s``) is
-    signalled to checkpoint and preempted ``signal_s`` later; None: preempted now."""
-    pre = cy.sh.preemption
-    if pre.signal_s is None or pre.max_lost_s is None or v.running.work_lost_s(cy.now) <= pre.max_lost_s:
-        return None
-    return cy.now + pre.signal_s
 
 
 # ------------------------------------------------------------------------------- backfill and diagnose

@@ -110,8 +110,7 @@ class PreemptionConfig:
     ``by_service`` (Tiresias): a ``preemptible`` running job whose service rank (counting its current run)
     is worse than a pending job's may be preempted for it once it ran ``min_runtime_s``, and (``max_lost_s``
     set) only while its work since the last checkpoint is at most that many seconds: preempting a job that
-    would lose hours of work costs more than it gives; with ``signal_s``, such a victim is told to checkpoint
-    and is preempted ``signal_s`` later instead of being spared. The rank is the policy's (``policies.service_rank``):
+    would lose hours of work costs more than it gives. The rank is the policy's (``policies.service_rank``):
     the Gittins index of attained service for ``gittins``, else the LAS queue (``las_thresholds_gpu_s``).
     """
 
@@ -119,10 +118,6 @@ class PreemptionConfig:
     by_priority: bool = True  # a job may preempt ``preemptible`` jobs of lower priority
     by_service: bool = False  # a job may preempt ``preemptible`` jobs in a higher LAS queue
     max_lost_s: float | None = None  # by_service: at most this much work since the victim's last checkpoint
-    # by_service with ``max_lost_s``: a victim with more unsaved work is signalled to checkpoint (as a reclaim
-    # is) and preempted this many seconds later, when it lost at most that; None: it is spared until its
-    # next periodic checkpoint.
-    signal_s: float | None = None
     min_runtime_s: float = 300.0  # a job runs at least this long before a preemptor may take its GPUs
     grace_s: float = 300.0
     max_preemptors_per_cycle: int = 16

@@ -50,24 +50,3 @@ def test_sf_srpt_gives_the_large_job_a_whole_host_where_sjf_makes_it_wait() -> N
     assert (sjf["b"].start_s or 0.0) >= 1000.0  # the long jobs took the GPUs beside the short ones
     assert sjf["c0"].start_s == 0.0 and (sf["c0"].start_s or 0.0) >= 1000.0  # outside the prefix: after it
 
-
-@pytest.mark.parametrize("policy", ["gittins", "sf-gittins"])
-def test_with_a_signal_the_victim_checkpoints_on_demand_instead_of_waiting_for_its_next_checkpoint(
-    policy: str,
-) -> None:
-    jobs = [_job("long", 0.0, 8, 20000.0, know=False), _job("short", 5500.0, 8, 100.0, know=False)]
-    settings = SchedulerSettings(policy=policy, service_signal_s=30.0)
-    res = Engine(uniform_fabric(8, 8), jobs, settings, WORLD).run()
-    rec = {r.job_id: r for r in res.records}
-    # At 5,500 the long job has 500 s unsaved (> max_lost_s 60): told to checkpoint, preempted 30 s later,
-    # losing those 30 s and the restart; the short job does not wait for the checkpoint at 6,000.
-    assert rec["short"].start_s == 5530.0 and rec["short"].end_s == 5630.0
-    assert rec["long"].preemptions == 1 and rec["long"].lost_gpu_s == (30.0 + 60.0) * 8
-    assert rec["long"].end_s == 20000.0 + 100.0 + 30.0 + 60.0  # its work, the short job, lost work, restart
-
-
-def test_a_signal_longer_than_the_work_a_victim_may_lose_is_refused() -> None:
-    from gpupool.scheduler.settings import problems
-
-    assert [p[0] for p in problems(SchedulerSettings(policy="gittins", service_signal_s=90.0))] == ["service_signal_s"]
-    assert not problems(SchedulerSettings(policy="gittins", service_signal_s=30.0))
