@@ -49,4 +49,3 @@ def test_sf_srpt_gives_the_large_job_a_whole_host_where_sjf_makes_it_wait() -> N
     sjf = _run("sjf", trace(), 16)
     assert (sjf["b"].start_s or 0.0) >= 1000.0  # the long jobs took the GPUs beside the short ones
     assert sjf["c0"].start_s == 0.0 and (sf["c0"].start_s or 0.0) >= 1000.0  # outside the prefix: after it
-
