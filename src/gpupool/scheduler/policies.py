@@ -308,7 +308,6 @@ def gittins_view(request: ScheduleRequest) -> GittinsView:
 
 # (job, GPU-service so far) -> its priority in a ServerFilling policy; lower first.
 Rank = Callable[[JobSpec, float], float]
-_NOT_SERVED = math.inf  # a waiting job outside the prefix: it preempts nobody
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,7 +317,8 @@ class _ServerFilling(_Policy):
     of the prefix, largest first, then the others by priority (they take GPUs the prefix leaves free, as on
     hosts a large job of the prefix may not fit at once). Preemptive: with preemption on, a waiting job of the
     prefix preempts running jobs outside it, the lowest ranked first (at their checkpoints, ``max_lost_s``);
-    jobs of the prefix never preempt each other, and jobs outside it preempt nobody."""
+    jobs of the prefix never preempt each other, and outside it a job preempts the running ones it ranks
+    before (as ``gittins`` does: the GPUs a large job of the prefix cannot use yet still go by rank)."""
 
     preempts_by_service: bool = True
 
@@ -339,15 +339,14 @@ class _ServerFilling(_Policy):
         return lambda j: (pos[j.job_id], j.job_id)
 
     def service_ranker(self, request: ScheduleRequest) -> ServiceRanker:
-        """-1 in the prefix; outside, a running job's place in the ranking (the last is preempted first) and
-        a waiting job's infinity."""
+        """-1 in the prefix; outside, the job's place in the ranking (the last is preempted first)."""
         got, place = self.filling(request)
         served = got.served
 
         def rank(job: JobSpec, attained: float, running: bool) -> float:
             if job.job_id in served:
                 return -1.0
-            return float(place.get(job.job_id, len(place))) if running else _NOT_SERVED
+            return float(place.get(job.job_id, len(place)))
 
         return rank
 

@@ -116,6 +116,6 @@ def test_sf_gittins_ranks_by_the_index_and_fills_largest_first() -> None:
     assert rank(jobs[0], 0.0, False) == rank(jobs[1], 0.0, False) == -1.0  # in the prefix: equals
     many = [*jobs, *(make_job(f"z{i}", gpus=4, t=5.0 + i) for i in range(2))]
     req2 = ScheduleRequest(state.snapshot(), tuple(many), 10.0, cfg, inputs=CycleInputs(service_history=hist))
-    # a, b (1 GPU each) then big (4) then z0 (4): 10 >= 8, so z1 is outside and preempts nobody.
+    # a, b (1 GPU each) then big (4) then z0 (4): 10 >= 8, so z1 is outside, ranked by its place (5th).
     assert [j.job_id for j in order(get_policy("sf-gittins"), req2)] == ["big", "z0", "a", "b", "z1"]
-    assert get_policy("sf-gittins").service_ranker(req2)(many[4], 0.0, False) == float("inf")
+    assert get_policy("sf-gittins").service_ranker(req2)(many[4], 0.0, False) == 4.0
