@@ -163,3 +163,26 @@ def test_a_cohort_counts_its_running_jobs_as_censored_samples() -> None:
     assert censored.index(1, 0.0, 100500.0) < alone.index(1, 0.0, 100500.0)
     # Far from the burst: the whole history, and a job that never ran is not censored data.
     assert censored.index(1, 0.0, 50000.0) == hist.index(1, 0.0)
+
+
+def test_with_survivors_counted_a_burst_without_completions_ranks_its_running_jobs_first() -> None:
+    # The history says "short" (100 GPU-s); a burst at t=100,000 has no completion yet, and its five running
+    # jobs all passed 2,000 GPU-s. Counting survivors, the burst is ranked on its own: a job of it at 2,000
+    # (placed at twice the longest seen, 4,000) outranks a new one; by completions alone, the history decides.
+    def cfg(survivors: bool) -> GittinsConfig:
+        return GittinsConfig(
+            prior_weight=0.0,
+            min_quantum_gpu_s=0.0,
+            cohort_window_s=1000.0,
+            cohort_min=5,
+            cohort_pooled_weight=0.0,
+            cohort_counts_survivors=survivors,
+        )
+
+    pairs = [(float(t), 100.0) for t in range(50)]
+    alive = [(100010.0 + t, 2000.0) for t in range(5)]
+    plain = ServiceHistory({1: [v for _, v in pairs]}, cfg(False), pairs).view(alive)
+    assert plain.index(1, 0.0, 100500.0) > plain.index(1, 2000.0, 100500.0)  # the history: LAS-like past 100
+    surv = ServiceHistory({1: [v for _, v in pairs]}, cfg(True), pairs).view(alive)
+    assert surv.index(1, 2000.0, 100500.0) == pytest.approx(1 / 2000.0)
+    assert surv.index(1, 0.0, 100500.0) == pytest.approx(1 / 4000.0)
