@@ -34,7 +34,20 @@ def pod2():  # type: ignore[no-untyped-def]
 
 def test_registry_lists_every_placer_and_policy() -> None:
     assert set(PLACERS) == {"first-fit", "best-fit", "spread", "topology", "frag"}
-    assert set(POLICIES) == {"fifo", "priority", "srt", "sjf", "hrrn", "las", "gittins", "edf", "slack", "fair"}
+    assert set(POLICIES) == {
+        "fifo",
+        "priority",
+        "srt",
+        "sjf",
+        "hrrn",
+        "las",
+        "gittins",
+        "sf-srpt",
+        "sf-gittins",
+        "edf",
+        "slack",
+        "fair",
+    }
     with pytest.raises(UnknownNameError, match="unknown placer 'nope'"):
         get_placer("nope")
     with pytest.raises(UnknownNameError, match="unknown queue policy"):
