@@ -60,6 +60,7 @@ from gpupool.server.settings import Settings
 from gpupool.server.telemetry import LiveTelemetry
 from gpupool.store import Principal, Store
 from gpupool.store.agents import Registrant
+from gpupool.store.launches import LaunchInputs
 from gpupool.store.ranks import RankReport, parse_assignment_id
 from gpupool.store.server_ops import Assignment, ServerOps
 from gpupool.store.tokens import split_token
@@ -248,15 +249,9 @@ class AgentGateway:
         # Checkpoint signals first: a rank stopped in this same reply (its GPU turned bad) is asked to save
         # its work before its SIGTERM.
         commands: list[Command] = list(self._signals(host, executed))
-        for aid, a in desired.items():
-            if aid not in reported and a.state is JobState.PLACED:
-                try:
-                    launch = self._launch(a)
-                except GpupoolError as e:
-                    log.warning("cannot build the launch of %s: %s", aid, e)
-                    continue
-                if launch is not None:
-                    commands.append(launch)
+        commands += self._launches(
+            [a for aid, a in desired.items() if aid not in reported and a.state is JobState.PLACED]
+        )
         for aid, w in reported.items():
             if w.state in ("starting", "running") and aid not in desired:
                 commands.append(
@@ -378,17 +373,40 @@ class AgentGateway:
             self._wake()
 
     # -- launch commands ---------------------------------------------------------------------------------------
-    def _launch(self, a: Assignment) -> LaunchCommand | None:
-        """The launch of ``a``, or None when the store no longer holds it: the host cache is up to
-        ``host_cache_s`` old, and meanwhile another replica (or this one's loop) may have requeued, cancelled or
-        moved the job; the cache's next reload drops ``a``."""
-        ranks = sorted(self._ops.job_assignments(a.job_id), key=lambda r: r.rank)
+    def _launches(self, wanted: Sequence[Assignment]) -> list[LaunchCommand]:
+        """The launches of ``wanted`` (ranks of one host), built from one read of their jobs (``store.launches``).
+
+        A rank the store no longer holds gets none: the host cache is up to ``host_cache_s`` old, and meanwhile
+        another replica (or this one's loop) may have requeued, cancelled or moved the job; the cache's next
+        reload drops it."""
+        if not wanted:
+            return []
+        try:
+            inputs = self._ops.launch_inputs(sorted({a.job_id for a in wanted}))
+        except GpupoolError as e:  # the store cannot answer: the next poll or beat derives them again
+            log.warning("cannot read the launches of %d ranks: %s", len(wanted), e)
+            return []
+        out = []
+        for a in wanted:
+            got = inputs.get(a.job_id)
+            try:
+                if isinstance(got, GpupoolError):
+                    raise got
+                launch = None if got is None else self._launch(a, got)
+            except GpupoolError as e:
+                log.warning("cannot build the launch of %s: %s", a.assignment_id, e)
+                continue
+            if launch is not None:
+                out.append(launch)
+        return out
+
+    def _launch(self, a: Assignment, job: LaunchInputs) -> LaunchCommand | None:
+        """The launch of ``a`` from its job's stored inputs, or None when its live allocation lacks ``a``."""
+        ranks = job.ranks
         if a.assignment_id not in {r.assignment_id for r in ranks}:
             return None
-        rec = self._store.get_job(a.job_id)
-        spec = rec.spec
-        command = self._ops.command(a.job_id, spec.array_id)
-        master = self._ops.agent(ranks[0].host).address or ranks[0].host
+        spec = job.spec
+        master = job.master_address or ranks[0].host
         hosts = [r.host for r in ranks]
         place = rank_place(hosts, a.rank)
         fabric, _ = self._fabrics.current()
@@ -397,7 +415,7 @@ class AgentGateway:
         except ValueError:
             hca = ""  # no HCA known for these GPUs: let NCCL pick
         port = self._settings.master_port_base + zlib.crc32(a.job_id.encode()) % 10_000
-        env = dict(command.env)
+        env = dict(job.env)
         env.update(array_env(spec.array_id, spec.array_index))
         env.update(
             workload_env(
@@ -413,10 +431,10 @@ class AgentGateway:
                 local_world_size=place.local_world_size,
                 node_rank=place.node_rank,
                 nnodes=place.nnodes,
-                attempt=rec.attempt,
+                attempt=job.attempt,
             )
         )
-        if command.launch.get("slurm"):
+        if job.launch.get("slurm"):
             here = sum(len(r.gpus) for r in ranks if r.host == a.host)
             try:
                 nodelist = compress(place.hosts)
@@ -428,14 +446,14 @@ class AgentGateway:
         return LaunchCommand(
             assignment_id=a.assignment_id,
             job_id=a.job_id,
-            argv=command.argv,
+            argv=job.argv,
             env=env,
             gpus=a.gpus,
             tenant=spec.tenant,
             cpu_millicores=spec.cpu_millicores,
             memory_mib=spec.memory_mib,
             hostfile=hostfile(hosts, [len(r.gpus) if spec.share is None else 0 for r in ranks]),
-            container=container_spec(command.launch.get("container"), a.job_id),
+            container=container_spec(job.launch.get("container"), a.job_id),
         )
 
 

@@ -23,7 +23,6 @@ from gpupool.domain.errors import (
     ConflictError,
     GpupoolError,
     InputError,
-    NotFoundError,
     TenantPendingLimitError,
     UnknownNameError,
     UnstorableInputError,
@@ -35,6 +34,7 @@ from gpupool.store.base import dumps, loads
 from gpupool.store.codec import spec_to_json
 from gpupool.store.fencing import Fence
 from gpupool.store.jobs import MAX_KEY, job_record
+from gpupool.store.launches import LaunchInputs, read_launch_inputs
 from gpupool.store.records import JobRecord
 from gpupool.store.rows import AgentRow, AllocationRow, AuditRow, FabricRow, JobCommandRow, JobRow, TenantRow
 from gpupool.store.store import Store
@@ -80,13 +80,6 @@ class Submission:
     @property
     def jobs(self) -> tuple[JobSpec, ...]:
         return self.elements or (self.spec,)
-
-
-@dataclass(frozen=True, slots=True)
-class JobCommand:
-    argv: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
-    launch: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,17 +340,10 @@ class ServerOps(AgentRegistry):
             cur.execute(sql, [JobState.PENDING.value])
             return {str(t): int(n) for t, n in cur.fetchall()}
 
-    def command(self, job_id: str, array_id: str = "") -> JobCommand:
-        """A job's command; an array's elements share the one stored under ``array_id``."""
-        with self.store._tx(write=False) as s:
-            row = s.get(JobCommandRow, job_id) or (s.get(JobCommandRow, array_id) if array_id else None)
-            if row is None:
-                raise NotFoundError(f"job {job_id!r} has no stored command")
-            argv = loads(row.argv, f"command of job {job_id}")
-            env = loads(row.env, f"command of job {job_id}")
-            launch = loads(row.launch or "{}", f"launch of job {job_id}")
-        pairs = tuple(sorted((str(k), str(v)) for k, v in env.items()))
-        return JobCommand(tuple(str(a) for a in argv), pairs, launch if isinstance(launch, dict) else {})
+    def launch_inputs(self, job_ids: Sequence[str]) -> dict[str, LaunchInputs | GpupoolError]:
+        """What the launches of ``job_ids``' ranks need, in one read transaction (``store.launches``)."""
+        with self.store._core_tx(write=False) as conn, closing(conn.connection.cursor()) as cur:
+            return read_launch_inputs(cur, self._mark, job_ids)
 
     def live_jobs(self) -> list[LiveJob]:
         """Every pending, placed or running job's id, state and version: the loop's per-cycle sync.
