@@ -459,9 +459,13 @@ class SchedulingLoop(StoreSync):
         if self._leader_since is None:
             self._leader_since = now
         limit = self._settings.node_lost_after_s
-        nodes = self._store.list_nodes()
-        if self._seen is not None and any(self._silent(n, now, limit) for n in nodes):
-            self._seen.flush(now)  # beats this replica holds in memory first: a beating node is never lost
+        # From the host cache when there is one (at most ``host_cache_s`` old; this process's own node writes are
+        # in it at once): a node that looks silent there is judged on a fresh read of the store, its beats held
+        # in memory flushed first, and only through a versioned write.
+        nodes = self._store.list_nodes() if self._hosts is None else self._hosts.nodes()
+        if any(self._silent(n, now, limit) for n in nodes):
+            if self._seen is not None:
+                self._seen.flush(now)  # beats this replica holds in memory first: a beating node is never lost
             nodes = self._store.list_nodes()
         lost = False
         for n in nodes:
