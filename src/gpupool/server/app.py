@@ -34,12 +34,13 @@ from gpupool.domain.errors import (
     TransitionError,
     UnknownNameError,
 )
-from gpupool.schemas import agent as proto
 from gpupool.schemas import api
 from gpupool.server.accounting import router as accounting_router
 from gpupool.server.admin_routes import router as admin_router
-from gpupool.server.agentlogs import AgentUnreachableError, LogFetcher, LogsBusyError, log_key
-from gpupool.server.auth import AuthError, bearer
+from gpupool.server.agent_routes import AgentFastPath
+from gpupool.server.agent_routes import router as agent_router
+from gpupool.server.agentlogs import AgentUnreachableError, LogFetcher, LogsBusyError
+from gpupool.server.auth import AuthError
 from gpupool.server.core import Server, build_server
 from gpupool.server.door import AuthFailures, BodyLimit
 from gpupool.server.fastsubmit import SubmitFastPath
@@ -72,10 +73,6 @@ _STATUS: tuple[tuple[type[GpupoolError], int], ...] = (
     (LogsBusyError, 503),
     (StoreUnavailableError, 503),
 )
-
-
-# An agent more than one protocol version from this server (gateway.check_protocol).
-_PROTOCOL: dict[int | str, dict[str, object]] = {426: {"model": api.ErrorOut, "description": "protocol too far apart"}}
 
 
 def _error(request: Request, exc: Exception) -> JSONResponse:
@@ -124,18 +121,6 @@ async def is_admin(srv: Server, authorization: str) -> bool | None:
     return who.admin
 
 
-def _beat(s: Server, host: str, body: proto.HeartbeatRequest, token: str, received_s: float) -> proto.HeartbeatReply:
-    s.gateway.check_node(host, token)
-    s.gateway.check_protocol(host, body)
-    return s.gateway.heartbeat(host, body, received_s)
-
-
-def _report(s: Server, host: str, body: proto.ReportRequest, token: str) -> None:
-    s.gateway.check_node(host, token)
-    s.gateway.check_protocol(host, body)
-    s.gateway.report(host, body.workloads)
-
-
 def create_app(
     settings: Settings,
     *,
@@ -167,8 +152,10 @@ def create_app(
     app.state.log_fetcher = logs
     app.add_exception_handler(GpupoolError, _error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    # JSON submits skip FastAPI's per-request machinery (see fastsubmit); the route above serves the rest.
+    # JSON submits and the agents' requests skip FastAPI's per-request machinery (see fastsubmit and
+    # agent_routes); the routes serve the rest and document the operations.
     app.add_middleware(SubmitFastPath, server=srv, error_response=error_response)
+    app.add_middleware(AgentFastPath, server=srv, error_response=error_response)
     # The door (see door.py), outside the fast path: a body past its limit is refused before any of it is
     # read, and (outside that) a flood of bad tokens before any check of them.
     app.add_middleware(
@@ -205,52 +192,8 @@ def create_app(
             raise ForbiddenError("/metrics needs an admin token or the metrics token")
         return Response(s.metrics.render(), media_type="text/plain; version=0.0.4")
 
-    @app.post("/v1/agents/register", response_model=proto.RegisterReply, responses=_PROTOCOL)
-    def register(
-        body: proto.RegisterRequest, request: Request, s: Srv, authorization: Annotated[str | None, Header()] = None
-    ) -> proto.RegisterReply:
-        """An agent registers its node (join token, its node token or an admin token); answers the node token."""
-        s.gateway.check_protocol(body.host, body)
-        token = bearer(authorization)
-        # A join or node token is the gateway's to judge; any other token must be an admin's.
-        who = None if token.startswith(("gpj_", "gpn_")) else s.auth.principal(authorization)
-        if who is not None and not who.admin:
-            raise ForbiddenError("registering a node needs a join token, its node token or an admin token")
-        peer = request.client.host if request.client is not None else ""
-        reply = s.gateway.register(body, token, peer, who)
-        stored = s.ops.node_token_hash(body.host)  # the token just stored: the key the log route derives too
-        return reply if stored is None else reply.model_copy(update={"log_key": log_key(stored[1])})
-
-    # Agents' beats and reports run on the beat workers (``liveness``), never behind the API's requests.
-    @app.post("/v1/agents/{host}/heartbeat", response_model=proto.HeartbeatReply, responses=_PROTOCOL)
-    async def heartbeat(
-        host: str, body: proto.HeartbeatRequest, s: Srv, authorization: Annotated[str | None, Header()] = None
-    ) -> proto.HeartbeatReply:
-        """An agent's heartbeat: samples, XIDs and workload states in; its assignments out."""
-        return await s.beats.run(_beat, s, host, body, bearer(authorization), s.clock())
-
-    @app.post("/v1/agents/{host}/commands", response_model=proto.CommandsReply, responses=_PROTOCOL)
-    async def commands(
-        host: str,
-        body: proto.CommandsRequest,
-        request: Request,
-        s: Srv,
-        authorization: Annotated[str | None, Header()] = None,
-    ) -> proto.CommandsReply | Response:
-        # Async: a waiting poll holds a future on the event loop, not a worker thread (see ``push``).
-        """An agent's long poll for commands (launch, stop, signal), answered when something changes."""
-        await s.beats.run(s.gateway.check_node, host, bearer(authorization))
-        s.gateway.check_protocol(host, body)
-        reply = await s.push.answer(host, body.workloads, body.held, request.receive, body.executed)
-        return Response(status_code=204) if reply is None else reply  # 204: to an agent that hung up
-
-    @app.post("/v1/agents/{host}/reports", status_code=204, response_class=Response, responses=_PROTOCOL)
-    async def reports(
-        host: str, body: proto.ReportRequest, s: Srv, authorization: Annotated[str | None, Header()] = None
-    ) -> Response:
-        """An agent's workload states between heartbeats (a rank started or exited), acted on at once."""
-        await s.beats.run(_report, s, host, body, bearer(authorization))
-        return Response(status_code=204)
+    # The agents' routes first (see agent_routes; their fast path above answers JSON bodies).
+    app.include_router(agent_router)
 
     # The routers, the dashboard's too, after the agents' routes: a request is matched against the routes in
     # order, and a fleet's beats, polls and reports (thousands a second) would each be tried against every

@@ -54,20 +54,11 @@ class SubmitFastPath:
         if not json_body:
             await self.app(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunk = message.get("body", b"")
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > self._max_body or not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        if size > self._max_body:
-            await self.app(scope, _replay(body, receive), send)  # FastAPI applies its own limits
+        body = await read_body(receive, self._max_body)
+        if body is None:
+            return  # the client went away
+        if len(body) > self._max_body:
+            await self.app(scope, replay(body, receive), send)  # FastAPI applies its own limits
             return
         try:
             job = api.JobSubmit.model_validate_json(body)
@@ -88,7 +79,23 @@ def body_errors(e: ValidationError) -> list[dict[str, Any]]:
     ]
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+async def read_body(receive: Receive, max_body: int) -> bytes | None:
+    """The request's body, read until its end or until past ``max_body`` (then what was read: longer than
+    ``max_body``); None when the client went away."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > max_body or not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
     """A ``receive`` that hands over the already-read body first, then the client's own messages."""
     sent = False
 
