@@ -20,6 +20,7 @@ batch again, with backoff, for up to ``retry_s``; then every caller gets the err
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -130,7 +131,12 @@ class SubmitWriter:
         with self._lock:
             self.batches += 1
         if self._on_stored is not None:
-            created = [res[0] for res in results if not isinstance(res, Exception) and res[1]]
+            created = [
+                rec
+                for sub, res in zip(subs, results, strict=True)
+                if not isinstance(res, Exception) and res[1]
+                for rec in _records(sub, res[0])
+            ]
             if created:
                 try:
                     self._on_stored(created)
@@ -184,3 +190,12 @@ class SubmitWriter:
                 fut.set_exception(res)
             else:
                 fut.set_result(res)
+
+
+def _records(sub: Submission, first: JobRecord) -> list[JobRecord]:
+    """The records of what ``sub`` created, ``first`` the stored record of its first job: an array's every
+    element (stored with it in one transaction, pending at version 1, the key on the first only), so the loop
+    folds the whole array in from the hint, not from a read of every element's spec."""
+    if not sub.elements:
+        return [first]
+    return [first] + [dataclasses.replace(first, spec=spec, idempotency_key=None) for spec in sub.elements[1:]]

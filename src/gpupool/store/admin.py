@@ -7,6 +7,7 @@ audit event in the same transaction. Tokens are the store's too, in ``tokens``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from sqlalchemy import bindparam, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -43,7 +44,30 @@ def _labels(text: str, source: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in labels.items()}
 
 
-def node_record(row: NodeRow) -> NodeRecord:
+class NodeColumns(Protocol):
+    """A node's stored columns: an ORM ``NodeRow`` or a Core row of its table (``list_nodes``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def gpu_model(self) -> str: ...
+    @property
+    def gpu_count(self) -> int: ...
+    @property
+    def labels(self) -> str: ...
+    @property
+    def admin_labels(self) -> str: ...
+    @property
+    def health(self) -> str: ...
+    @property
+    def last_heartbeat_s(self) -> float | None: ...
+    @property
+    def version(self) -> int: ...
+
+
+def node_record(row: NodeColumns) -> NodeRecord:
     source = f"node {row.name}"
     try:
         state = NodeState(row.state)
@@ -230,8 +254,11 @@ class AdminMixin(StoreBase):
             return node_record(self._node(s, name, lock=False))
 
     def list_nodes(self) -> list[NodeRecord]:
-        with self._tx(write=False) as s:
-            return [node_record(r) for r in s.scalars(select(NodeRow).order_by(NodeRow.name))]
+        # Core rows of the table, not ORM entities: at a thousand nodes the ORM's per-row loading cost as much as
+        # the records' own parsing (the host cache reads every node once per ``host_cache_s``).
+        with self._core_tx(write=False) as conn:
+            rows = conn.execute(select(NodeRow.__table__).order_by(NodeRow.name)).all()
+        return [node_record(r) for r in rows]
 
     def _node(self, s: Session, name: str, *, lock: bool = True) -> NodeRow:
         row = s.get(NodeRow, name, with_for_update=lock and self._postgres)

@@ -408,32 +408,46 @@ class ServerOps(AgentRegistry):
         """The ranks on hosts (on ``host`` if given; of ``job_ids`` if given): every live allocation row of a
         placed or running job, which agents should run, and every releasing one (``releasing``), which they
         should stop."""
-        q = select(AllocationRow, JobRow.state).join(JobRow, JobRow.id == AllocationRow.job_id)
+        # On the DB-API cursor (as ``live_jobs``): the host cache reads every host's ranks once per
+        # ``host_cache_s``, and through the ORM that read cost ~0.2 s at a thousand hosts.
+        a, j = AllocationRow.__tablename__, JobRow.__tablename__
+        sql = (
+            "SELECT a.job_id, a.assignment, a.task_index, a.host, a.gpus, a.placed_s, a.launched_s, a.started_s,"
+            f" a.exited_s, a.releasing_s, j.state FROM {a} a JOIN {j} j ON j.id = a.job_id"
+        )
+        args: list[Any] = []
+        where = []
         if host is not None:
-            q = q.where(AllocationRow.host == host)
+            where.append(f"a.host = {self._mark}")
+            args.append(host)
         if job_ids is not None:
-            q = q.where(AllocationRow.job_id.in_(job_ids))
+            where.append(f"a.job_id IN {self._in(len(job_ids))}" if job_ids else "1 = 0")
+            args.extend(job_ids)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        states = {st.value: st for st in JobState}
+        with self.store._core_tx(write=False) as conn, closing(conn.connection.cursor()) as cur:
+            cur.execute(sql + " ORDER BY a.job_id, a.task_index", args)
+            rows = cur.fetchall()
         out = []
-        with self.store._tx(write=False) as s:
-            for a, state in s.execute(q.order_by(AllocationRow.job_id, AllocationRow.task_index)):
-                gpus = loads(a.gpus, f"allocation of job {a.job_id}")
-                out.append(
-                    Assignment(
-                        assignment_id(a.job_id, a.assignment, a.task_index),
-                        a.job_id,
-                        a.task_index,
-                        a.host,
-                        tuple(int(g) for g in gpus),
-                        JobState(state),
-                        a.placed_s,
-                        a.launched_s is not None,
-                        a.started_s is not None,
-                        a.exited_s is not None,
-                        a.releasing_s is not None,
-                        a.launched_s,
-                        a.releasing_s,
-                    )
+        for job_id, number, task, on, gpus, placed_s, launched_s, started_s, exited_s, releasing_s, state in rows:
+            out.append(
+                Assignment(
+                    assignment_id(job_id, number, task),
+                    job_id,
+                    task,
+                    on,
+                    tuple(int(g) for g in loads(gpus, f"allocation of job {job_id}")),
+                    states[state],
+                    placed_s,
+                    launched_s is not None,
+                    started_s is not None,
+                    exited_s is not None,
+                    releasing_s is not None,
+                    launched_s,
+                    releasing_s,
                 )
+            )
         return out
 
     def job_assignments(self, job_id: str) -> list[Assignment]:

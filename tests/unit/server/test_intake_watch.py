@@ -4,6 +4,8 @@ the open one included; jitter up to a tick is not a stall; old stalls are forgot
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpupool.server.liveness import IntakeWatch
 
@@ -58,3 +60,34 @@ def test_stalls_older_than_keep_are_forgotten() -> None:
     assert w.stalled_s(start, clock.t) == pytest.approx(9.5)
     ticking(w, clock, 61.0, 0.25)
     assert w.stalled_s(start, clock.t) == 0.0
+
+
+@given(
+    gaps=st.lists(st.floats(0.01, 5.0), min_size=1, max_size=60),
+    since=st.floats(990.0, 1400.0),
+    ahead=st.floats(-3.0, 10.0),
+)
+def test_stalled_s_is_the_stalled_part_of_the_window_whatever_it_asks_and_in_any_order(
+    gaps: list[float], since: float, ahead: float
+) -> None:
+    """Every tick late by more than a tick's jitter is a stall from its due time; the window's part of each stall
+    (clipped to ``now``; the open one counted), asked many times with one ``now``, as the loop does per node."""
+    clock = Hand()
+    w = IntakeWatch(0.25, 1e9, clock)
+    w.tick()
+    spans = []
+    for gap in gaps:
+        due = clock.t + 0.5
+        clock.t += gap
+        if clock.t > due:
+            spans.append((due, clock.t))
+        w.tick()
+    now = clock.t + ahead
+    if now > clock.t + 0.5:
+        spans.append((clock.t + 0.5, now))
+    expected = sum(max(0.0, min(end, now) - max(start, since)) for start, end in spans)
+    assert w.stalled_s(since, now) == pytest.approx(expected, abs=1e-6)
+    assert w.stalled_s(since + 1.0, now) == pytest.approx(
+        sum(max(0.0, min(end, now) - max(start, since + 1.0)) for start, end in spans), abs=1e-6
+    )
+    assert w.stalled_s(since, now) == pytest.approx(expected, abs=1e-6)  # the same answer again, from the memo
