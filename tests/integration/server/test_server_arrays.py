@@ -135,3 +135,23 @@ def test_an_array_past_the_tenants_pending_cap_is_refused_whole(tmp_path: Path, 
         assert stored_jobs(api) == []
         assert api.client.post("/v1/jobs", json={**JOB, "array": "0-4"}, headers=alice).status_code == 201
         assert len(stored_jobs(api)) == 5
+
+
+def test_the_loop_folds_in_every_element_of_an_array_from_the_submit_hint_without_reading_specs(api: Api) -> None:
+    """The group commit hands the loop what it stored: every element of an array (not only the first), so the
+    sync places them all without reading any spec back (it read every element's spec but the first)."""
+    alice = api.tenant("alice")
+    api.register("gpu-01")
+    assert api.srv.loop.run_cycle().rebuilt  # the state is built: the next cycle syncs
+    read: list[str] = []
+    specs = api.srv.ops.specs
+
+    def counted(job_ids: list[str]) -> object:
+        read.extend(job_ids)
+        return specs(job_ids)
+
+    api.srv.ops.specs = counted  # type: ignore[method-assign]
+    assert api.client.post("/v1/jobs", json={**JOB, "array": "0-5"}, headers=alice).status_code == 201
+    report = api.srv.loop.run_cycle()
+    assert not report.rebuilt and report.placed == 6
+    assert read == []
