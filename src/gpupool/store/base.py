@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any, Self
 
 from sqlalchemy import Connection, insert, select, text
@@ -36,6 +37,19 @@ def loads(text: str, source: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise ParseError(f"stored JSON is malformed: {e.msg}", source=source, line=e.lineno) from None
+
+
+@lru_cache(maxsize=4096)
+def gpu_indices(text: str) -> tuple[int, ...]:
+    """An allocation's stored GPU indices (a JSON list), parsed once per distinct text (a pure function of it:
+    a host's few hundred subsets of its GPUs), since every host's ranks are read once per ``host_cache_s``."""
+    indices = loads(text, "allocated GPUs")
+    if not isinstance(indices, list):
+        raise ParseError("stored GPU indices are not a JSON list", source="allocated GPUs")
+    try:
+        return tuple(int(g) for g in indices)
+    except (TypeError, ValueError):
+        raise ParseError("stored GPU indices are not integers", source="allocated GPUs") from None
 
 
 class StoreBase:

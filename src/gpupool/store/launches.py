@@ -16,7 +16,7 @@ from typing import Any
 from gpupool.domain.errors import GpupoolError, NotFoundError
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.states import JobState
-from gpupool.store.base import loads
+from gpupool.store.base import gpu_indices, loads
 from gpupool.store.codec import spec_from_json
 from gpupool.store.rows import AgentRow, AllocationRow, JobCommandRow, JobRow
 
@@ -63,8 +63,7 @@ def read_launch_inputs(cur: Any, mark: str, job_ids: Sequence[str]) -> dict[str,
     )
     ranks: dict[str, list[LaunchRank]] = {}
     for job_id, assignment, task, host, gpus in allocations:
-        parsed = tuple(int(g) for g in loads(gpus, f"allocation of job {job_id}"))
-        ranks.setdefault(job_id, []).append(LaunchRank(f"{job_id}.{assignment}.{task}", task, host, parsed))
+        ranks.setdefault(job_id, []).append(LaunchRank(f"{job_id}.{assignment}.{task}", task, host, gpu_indices(gpus)))
     out: dict[str, LaunchInputs | GpupoolError] = {}
     specs: dict[str, tuple[JobSpec, JobState, int]] = {}
     for job_id, state, spec, attempt in jobs:

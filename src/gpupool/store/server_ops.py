@@ -30,7 +30,7 @@ from gpupool.domain.errors import (
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.states import JobState
 from gpupool.store.agents import AgentRegistry
-from gpupool.store.base import dumps, loads
+from gpupool.store.base import dumps, gpu_indices, loads
 from gpupool.store.codec import spec_to_json
 from gpupool.store.fencing import Fence
 from gpupool.store.jobs import MAX_KEY, job_record
@@ -437,7 +437,7 @@ class ServerOps(AgentRegistry):
                     job_id,
                     task,
                     on,
-                    tuple(int(g) for g in loads(gpus, f"allocation of job {job_id}")),
+                    gpu_indices(gpus),
                     states[state],
                     placed_s,
                     launched_s is not None,
