@@ -3,12 +3,16 @@ at once when this process made it, within host_cache_s when another replica did;
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 from server_api_helpers import Api, Clock, make_api
 
+from gpupool.domain.states import JobState
+from gpupool.server.hostcache import HostCache
 from gpupool.store import tokens
+from gpupool.store.server_ops import Assignment
 
 JOB = {"command": ["python", "-c", "print('hi')"], "tasks": 1, "gpus_per_task": 2}
 
@@ -106,3 +110,34 @@ def test_a_replica_taking_beats_sees_the_leaders_placement_within_host_cache_s(
             clock.t += standby.srv.settings.host_cache_s
             (launch,) = standby.beat("gpu-01", node)
             assert launch["kind"] == "launch"
+
+
+def test_a_reload_due_to_age_holds_up_no_reader_but_a_local_change_is_waited_for(api: Api) -> None:
+    """While one thread reloads a snapshot that is only old, other readers keep the snapshot (nothing this
+    process changed is missing from it); once this process changed something, a reader waits for the read."""
+    alice = api.tenant("alice")
+    api.register("gpu-01")
+    cache = api.srv.gateway._hosts
+    assert cache.assignments("gpu-01") == ()  # loaded
+    api.clock.t += 2 * api.srv.settings.host_cache_s  # past its age
+    loads = cache.loads
+    with cache._load_lock:  # another thread's reload under way
+        reader, got = _read(cache)
+        reader.join(timeout=30)
+        assert not reader.is_alive() and got == [()] and cache.loads == loads  # answered at once, not reloaded
+    api.client.post("/v1/jobs", json=JOB, headers=alice)
+    assert api.srv.loop.run_cycle().placed == 1  # a local change: the next read must see it
+    with cache._load_lock:
+        reader, got = _read(cache)
+        reader.join(timeout=0.3)
+        assert reader.is_alive() and got == []  # waiting for the reload under way
+    reader.join(timeout=30)
+    ((rank,),) = got  # then read the placement
+    assert rank.state is JobState.PLACED
+
+
+def _read(cache: HostCache) -> tuple[threading.Thread, list[tuple[Assignment, ...]]]:
+    got: list[tuple[Assignment, ...]] = []
+    reader = threading.Thread(target=lambda: got.append(cache.assignments("gpu-01")))
+    reader.start()
+    return reader, got
