@@ -19,6 +19,7 @@ from gpupool.domain.units import month_window
 from gpupool.schemas import accounts
 from gpupool.server.routes import ForbiddenError, Srv, Who
 from gpupool.store import Principal
+from gpupool.store.accounting import MAX_OFFSET
 from gpupool.store.records import AccountingRecord
 
 router = APIRouter(prefix="/v1/accounting")
@@ -63,7 +64,7 @@ def accounting_jobs(
     from_s: Annotated[float | None, Query(alias="from", ge=0, le=1e12)] = None,
     to_s: Annotated[float | None, Query(alias="to", ge=0, le=1e12)] = None,
     tenant: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> accounts.AccountingPage:
     """Per-run accounting records in a window, paged; a tenant sees its own."""

@@ -19,6 +19,8 @@ from gpupool.store.records import AccountingRecord, UsageTotal
 from gpupool.store.rows import JobAttemptRow, JobRow, UsageIntervalRow
 
 MAX_PAGE = 10_000
+# The furthest page start: past it SQLite's 64-bit OFFSET overflows (a Python OverflowError, not an answer).
+MAX_OFFSET = 1_000_000_000
 
 
 class AccountingMixin(StoreBase):
@@ -54,8 +56,8 @@ class AccountingMixin(StoreBase):
     ) -> list[AccountingRecord]:
         """The runs that held GPUs in ``[from_s, to_s)`` or ran in it, oldest placement first, with their
         GPU-seconds in the window; ``tenant`` None: every tenant's. ``offset``/``limit`` page through them."""
-        if not 0 < limit <= MAX_PAGE or offset < 0:
-            raise InputError(f"a page has 1..{MAX_PAGE} records from offset >= 0", source="accounting")
+        if not 0 < limit <= MAX_PAGE or not 0 <= offset <= MAX_OFFSET:
+            raise InputError(f"a page has 1..{MAX_PAGE} records from offset 0..{MAX_OFFSET}", source="accounting")
         u, a = UsageIntervalRow, JobAttemptRow
         milli_s, inside = self._clipped(from_s, to_s)
         used = (
