@@ -12,14 +12,13 @@ handed to FastAPI as it came, so its 422 is FastAPI's own. Anything else (anothe
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from gpupool.domain.errors import GpupoolError
 from gpupool.schemas import agent as proto
@@ -27,7 +26,7 @@ from gpupool.schemas import api
 from gpupool.server.agentlogs import log_key
 from gpupool.server.auth import bearer
 from gpupool.server.core import Server
-from gpupool.server.fastsubmit import read_body, replay
+from gpupool.server.fastsubmit import FastPath, replay
 from gpupool.server.routes import ForbiddenError, Srv
 
 PREFIX = "/v1/agents/"
@@ -155,48 +154,27 @@ def fast_route(scope: Scope) -> tuple[str, str] | None:
     return op, host
 
 
-class AgentFastPath:
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        server: Server,
-        error_response: Callable[[GpupoolError], Response],
-        max_body: int = 1 << 20,
-    ) -> None:
-        self.app = app
-        self._srv = server
-        self._error_response = error_response
-        self._max_body = max_body
+_AUTHORIZATION = frozenset({b"authorization"})
 
+
+class AgentFastPath(FastPath):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = fast_route(scope)
         if route is None:
             await self.app(scope, receive, send)
             return
-        authorization: str | None = None
-        json_body = False
-        for name, value in scope["headers"]:
-            if name == b"authorization" and authorization is None:  # the first, as the route's Header() reads
-                authorization = value.decode("latin-1")
-            elif name == b"content-type":
-                json_body = value.split(b";", 1)[0].strip().lower() == b"application/json"
-        if not json_body:
-            await self.app(scope, receive, send)
+        got = await self.read_json(scope, receive, send, _AUTHORIZATION)
+        if got is None:
             return
-        body = await read_body(receive, self._max_body)
-        if body is None:
-            return  # the client went away
+        headers, body = got
         op, host = route
         try:
-            message = None if len(body) > self._max_body else _BODIES[op].model_validate_json(body)
-        except ValidationError:
-            message = None
-        if message is None:  # FastAPI answers as it would have: its limits, its 422
+            message = _BODIES[op].model_validate_json(body)
+        except ValidationError:  # FastAPI answers as it would have: its 422
             await self.app(scope, replay(body, receive), send)
             return
         try:
-            response = await self._answer(op, host, message, authorization, scope, receive)
+            response = await self._answer(op, host, message, headers.get(b"authorization"), scope, receive)
         except GpupoolError as e:
             response = self._error_response(e)
         await response(scope, receive, send)

@@ -5,6 +5,8 @@ the endpoint's parameters) cost more CPU than the submit's own work. This middle
 it with the same pydantic model, and calls the same ``accept_submit`` as the documented route; errors get the
 same answers (FastAPI's 422 shape naming the field, the domain's codes through ``error_response``). Anything
 else, a submit with another content type or a body over ``max_body``, goes on to FastAPI unchanged.
+``FastPath`` is what this and the agents' routes' fast path (``agent_routes.AgentFastPath``) share: the
+headers they read, the JSON body within ``max_body``, and the hand-over to FastAPI of what they do not answer.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from gpupool.server.routes import accept_submit
 PATH = "/v1/jobs"
 
 
-class SubmitFastPath:
+class FastPath:
+    """An ASGI middleware that answers some routes itself (``SubmitFastPath``, ``agent_routes.AgentFastPath``)
+    and hands every other request, and every request it will not answer, to FastAPI as it came."""
+
     def __init__(
         self,
         app: ASGIApp,
@@ -38,31 +43,48 @@ class SubmitFastPath:
         self._error_response = error_response
         self._max_body = max_body
 
+    async def read_json(
+        self, scope: Scope, receive: Receive, send: Send, names: frozenset[bytes]
+    ) -> tuple[dict[bytes, str], bytes] | None:
+        """The first value of each header in ``names`` (as Starlette's ``Headers.get`` reads) and the body of a
+        JSON request of at most ``max_body`` bytes. None when the request went on to FastAPI (another content
+        type; a longer body: FastAPI applies its own limits) or the client went away."""
+        found: dict[bytes, str] = {}
+        content_type: bytes | None = None
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                content_type = value if content_type is None else content_type
+            elif name in names and name not in found:
+                found[name] = value.decode("latin-1")
+        if content_type is None or content_type.split(b";", 1)[0].strip().lower() != b"application/json":
+            await self.app(scope, receive, send)
+            return None
+        body = await read_body(receive, self._max_body)
+        if body is None:
+            return None  # the client went away
+        if len(body) > self._max_body:
+            await self.app(scope, replay(body, receive), send)
+            return None
+        return found, body
+
+
+_SUBMIT_HEADERS = frozenset({b"authorization", b"idempotency-key"})
+
+
+class SubmitFastPath(FastPath):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != PATH:
             await self.app(scope, receive, send)
             return
-        authorization = key = None
-        json_body = False
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value.decode("latin-1")
-            elif name == b"idempotency-key":
-                key = value.decode("latin-1")
-            elif name == b"content-type":
-                json_body = value.split(b";", 1)[0].strip().lower() == b"application/json"
-        if not json_body:
-            await self.app(scope, receive, send)
+        got = await self.read_json(scope, receive, send, _SUBMIT_HEADERS)
+        if got is None:
             return
-        body = await read_body(receive, self._max_body)
-        if body is None:
-            return  # the client went away
-        if len(body) > self._max_body:
-            await self.app(scope, replay(body, receive), send)  # FastAPI applies its own limits
-            return
+        headers, body = got
         try:
             job = api.JobSubmit.model_validate_json(body)
-            response = await accept_submit(self._srv, job, authorization, key)
+            response = await accept_submit(
+                self._srv, job, headers.get(b"authorization"), headers.get(b"idempotency-key")
+            )
         except ValidationError as e:
             response = JSONResponse({"detail": body_errors(e)}, status_code=422)
         except GpupoolError as e:
