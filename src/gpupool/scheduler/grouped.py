@@ -34,9 +34,8 @@ The waiting list is made only when read (``Waits``), from the view's tuples, whi
 from __future__ import annotations
 
 from bisect import bisect_right
-from functools import partial
+from functools import cache, partial
 from heapq import heappop, heappush
-from itertools import repeat
 from operator import itemgetter
 
 import numpy as np
@@ -50,6 +49,7 @@ from gpupool.scheduler.refusals import Diagnosis, monotone
 from gpupool.scheduler.stages import decide, infeasible, reserved_waiting
 from gpupool.scheduler.types import (
     BackfillMode,
+    GroupWaits,
     JobNumbers,
     QueueGroup,
     QueueView,
@@ -300,10 +300,8 @@ def run_groups(cy: Cycle, view: QueueView) -> Waits:
     for t in tracks:
         t.skip(t.n)
     diagnosed = _diagnoses(cy, tracks, stop)
-    return Waits(
-        count=view.count - len(cy.allocs),
-        make=lambda: _waiting(cy, tracks, view.order, stop, diagnosed),
-    )
+    by_group = cache(lambda: _group_waits(cy, tracks, stop, diagnosed))
+    return Waits(count=view.count - len(cy.allocs), make=lambda: _waiting(by_group(), view.order), groups=by_group)
 
 
 def _ask(cy: Cycle, g: QueueGroup, i: int) -> Ask:
@@ -345,47 +343,71 @@ def _outcomes(t: _Track) -> npt.NDArray[np.int8]:
     return out
 
 
-def _waiting(
-    cy: Cycle,
-    tracks: list[_Track],
-    order: tuple[str, ...],
-    stop: _Stop | None,
-    diagnosed: list[Diagnosis | None],
-) -> tuple[Waiting, ...]:
-    """Every job not placed, in policy order, with its reason: made group by group, then put in
-    order. Most jobs of a long queue wait for capacity: each group's list is made with its diagnosis first, then the few jobs with
-    a reason of their own are set; ``order`` (the view's) lists them (a server stores the reasons of a
-    50,000-job backlog every cycle)."""
+def _group_waits(
+    cy: Cycle, tracks: list[_Track], stop: _Stop | None, diagnosed: list[Diagnosis | None]
+) -> tuple[GroupWaits, ...]:
+    """Every job's reason, group by group: a label per job into a small table of (reason, message). Most jobs
+    of a long queue wait for their group's diagnosis (label 0); RESERVED says when a job would end and whose
+    reservation it would cross, not who it is (one entry per runtime); DEADLINE_INFEASIBLE and the visited
+    jobs have entries of their own; placed jobs -1."""
     first = min(cy.reservations, key=lambda r: r.start_s) if cy.reservations else None
-    reserved: dict[float, Waiting] = {}  # by runtime
-    by_id: dict[str, Waiting | None] = {}
+    reserved: dict[float, Waiting] = {}  # by runtime, across groups
+    out = []
     for t, why in zip(tracks, diagnosed, strict=True):
         cut = t.n if stop is None else (0 if stop[0] is None else bisect_right(t.g.keys, stop[0]))
-        jobs = t.g.jobs
-        reason, message = why if why is not None else (ReasonCode.NO_CAPACITY, "")
-        ids = t.g.ids
-        out: list[Waiting | None] = list(map(_make, zip(ids[:cut], repeat(reason), repeat(message))))
+        table: dict[tuple[ReasonCode, str], int] = {why if why is not None else (ReasonCode.NO_CAPACITY, ""): 0}
+
+        def label(reason: ReasonCode, message: str, table: dict[tuple[ReasonCode, str], int] = table) -> int:
+            return table.setdefault((reason, message), len(table))
+
+        labels = np.zeros(t.n, dtype=np.int32)
         codes = _outcomes(t)[:cut]
         own = np.flatnonzero(codes)
         if len(own):
             assert t.runtime is not None
-            for i, code, rt in zip(own.tolist(), codes[own].tolist(), t.runtime[own].tolist(), strict=True):
-                if code == _INFEASIBLE:
-                    out[i] = infeasible(cy, jobs[i], rt)
-                    continue
-                # RESERVED says when the job would end and whose reservation it would cross: not who it is.
-                like = reserved.get(rt)
-                if like is None:
-                    like = reserved[rt] = reserved_waiting(cy, jobs[i], rt, first)
-                out[i] = _make((ids[i], like.reason, like.message))
+            jobs = t.g.jobs
+            late = own[codes[own] == _RESERVED]
+            if len(late):
+                rts, inverse = np.unique(t.runtime[late], return_inverse=True)
+                at = []
+                for j, rt in zip(late[np.unique(inverse, return_index=True)[1]].tolist(), rts.tolist(), strict=True):
+                    like = reserved.get(rt)
+                    if like is None:
+                        like = reserved[rt] = reserved_waiting(cy, jobs[j], rt, first)
+                    at.append(label(like.reason, like.message))
+                labels[late] = np.asarray(at, dtype=np.int32)[inverse]
+            late_not = own[codes[own] == _INFEASIBLE]
+            for i, rt in zip(late_not.tolist(), t.runtime[late_not].tolist(), strict=True):
+                w = infeasible(cy, jobs[i], rt)
+                labels[i] = label(w.reason, w.message)
         for i, w in t.visited.items():
             if i < cut:
-                out[i] = w
-        for i in t.placed_at:
+                labels[i] = label(w.reason, w.message)
+        if stop is not None and cut < t.n:
+            labels[cut:] = label(stop[1], stop[2])
+        labels[t.placed_at] = -1
+        out.append(GroupWaits(t.g.shape, t.g.ids, labels, tuple(table)))
+    return tuple(out)
+
+
+def _waiting(groups: tuple[GroupWaits, ...], order: tuple[str, ...]) -> tuple[Waiting, ...]:
+    """Every job not placed, in policy order, with its reason: the groups' labels expanded, then put in the
+    view's ``order``."""
+    by_id: dict[str, Waiting | None] = {}
+    for g in groups:
+        labels = g.labels.tolist()
+        if not labels:
+            continue
+        reasons, messages = (*(e[0] for e in g.table), None), (*(e[1] for e in g.table), None)  # -1: the last
+        if len(labels) > 1:
+            pick = itemgetter(*labels)
+            rs, ms = pick(reasons), pick(messages)
+        else:
+            rs, ms = (reasons[labels[0]],), (messages[labels[0]],)
+        out: list[Waiting | None] = list(map(_make, zip(g.ids, rs, ms, strict=True)))
+        for i in np.flatnonzero(g.labels < 0).tolist():
             out[i] = None
-        if stop is not None:
-            out.extend(map(_make, zip(ids[cut:], repeat(stop[1]), repeat(stop[2]))))
-        by_id.update(zip(ids, out, strict=True))
+        by_id.update(zip(g.ids, out, strict=True))
     if len(order) < 2:
         return tuple(got for jid in order if (got := by_id[jid]) is not None)
     return tuple(filter(None, itemgetter(*order)(by_id)))  # in order, the placed (None) left out, all in C

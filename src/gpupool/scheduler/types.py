@@ -331,19 +331,43 @@ class Reservation:
     hosts: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class GroupWaits:
+    """One shape group's waiting reasons after a cycle over the kept queue: ``labels[i]`` indexes ``table``
+    for ``ids[i]`` (-1: placed, not waiting). ``ids`` is the view's tuple, the same object from cycle to cycle
+    while nobody entered or left the group, so a caller that stored the last cycle's reasons compares two
+    label arrays instead of 50,000 reasons (``server.reasons``). ``table`` holds each (reason, message) once."""
+
+    key: tuple[object, ...]  # the group's shape
+    ids: tuple[str, ...]
+    labels: npt.NDArray[np.int32]
+    table: tuple[tuple[ReasonCode, str], ...]
+
+
 class Waits(Sequence[Waiting]):
     """The jobs a cycle left waiting, each with its reason, in the policy's order. A cycle that visited
     shapes rather than jobs makes them only when they are read: the server stores them, the simulator never
-    reads them. ``len`` never makes them."""
+    reads them. ``len`` never makes them. ``by_group()``: the same reasons per shape group (``GroupWaits``),
+    or None when the cycle went job by job."""
 
-    __slots__ = ("_count", "_items", "_make")
+    __slots__ = ("_count", "_groups", "_items", "_make")
 
     def __init__(
-        self, items: Sequence[Waiting] = (), *, count: int = 0, make: Callable[[], tuple[Waiting, ...]] | None = None
+        self,
+        items: Sequence[Waiting] = (),
+        *,
+        count: int = 0,
+        make: Callable[[], tuple[Waiting, ...]] | None = None,
+        groups: Callable[[], tuple[GroupWaits, ...]] | None = None,
     ) -> None:
         self._items: tuple[Waiting, ...] | None = tuple(items) if make is None else None
         self._count = len(items) if make is None else count
         self._make = make
+        self._groups = groups
+
+    def by_group(self) -> tuple[GroupWaits, ...] | None:
+        """Every waiting job's reason, group by group (placed jobs labelled -1); None: no groups."""
+        return None if self._groups is None else self._groups()
 
     def _all(self) -> tuple[Waiting, ...]:
         if self._items is None:

@@ -51,6 +51,7 @@ from gpupool.server.leader import LeaderLease
 from gpupool.server.live import HeldFacts, LiveInbox, jobs_on, requeue_reason
 from gpupool.server.liveness import IntakeWatch, LastSeen
 from gpupool.server.metrics import ServerMetrics
+from gpupool.server.reasons import StoredReasons
 from gpupool.server.settings import Settings
 from gpupool.server.sharing import SharingBuilder
 from gpupool.server.statesync import StoreSync
@@ -122,7 +123,7 @@ class SchedulingLoop(StoreSync):
         self._dirty = True
         self._db_state: dict[str, JobState] = {}
         self._versions: dict[str, int] = {}
-        self._reasons: dict[str, tuple[str, str]] = {}
+        self._reasons = StoredReasons()  # the waiting reasons stored last cycle: only changes are written
         self._facts = HeldFacts()  # the GPU grades and labels the state holds
         # Heartbeats' events (``server.live``), handed over by the gateway after their writes committed.
         self.live = LiveInbox(self.nudge)
@@ -359,7 +360,6 @@ class SchedulingLoop(StoreSync):
                 continue
             self._versions[alloc.job_id] = rec.version
             self._db_state[alloc.job_id] = JobState.PLACED
-            self._reasons.pop(alloc.job_id, None)
             self._placed_ids.append(alloc.job_id)  # its queue wait is observed with the cycle's metrics
             placed += 1
         return placed
@@ -414,7 +414,6 @@ class SchedulingLoop(StoreSync):
         log.info("job %s %s: %s", job_id, final.value, ending.message)
         self._versions[job_id] = rec.version
         self._db_state[job_id] = rec.state
-        self._reasons.pop(job_id, None)
         return True
 
     def _signal(self, state: ClusterState, sig: Signal) -> bool:
@@ -437,10 +436,10 @@ class SchedulingLoop(StoreSync):
         return True
 
     def _wait(self, waiting: Sequence[Waiting]) -> None:
-        """Store the reasons that changed since the last cycle."""
-        reasons = {w.job_id: (w.reason.value, w.message) for w in waiting}
-        self._ops.set_reasons({j: r for j, r in reasons.items() if self._reasons.get(j) != r}, fence=self._fence)
-        self._reasons = reasons
+        """Store the reasons that changed since the last cycle (``server.reasons``)."""
+        compared = self._reasons.compare(waiting)
+        self._ops.set_reason_groups(compared.changes, fence=self._fence)
+        self._reasons.keep(compared)
 
     # -- live events -------------------------------------------------------------------------------------------
     def _requeue_bad(self, state: ClusterState, now: float) -> None:

@@ -384,13 +384,20 @@ class ServerOps(AgentRegistry):
     def set_reasons(self, reasons: Mapping[str, tuple[str, str]], *, fence: Fence | None = None) -> None:
         """Why each pending job waits, all in one transaction (advisory: neither versioned nor audited);
         ``fence``: the scheduling loop's lease, checked first."""
-        if not reasons:
-            return
-        # One statement per distinct reason and up to 500 jobs: thousands queued behind full nodes share a few
-        # reasons, and a statement each (parsed and planned by PostgreSQL) cost more than the rows it changed.
         by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
         for job_id, reason in reasons.items():
             by_reason[reason].append(job_id)
+        self.set_reason_groups(by_reason, fence=fence)
+
+    def set_reason_groups(
+        self, by_reason: Mapping[tuple[str, str], Sequence[str]], *, fence: Fence | None = None
+    ) -> None:
+        """``set_reasons`` with the jobs already grouped by their (reason code, message), as the scheduling loop
+        finds what changed (``server.reasons``)."""
+        if not any(by_reason.values()):
+            return
+        # One statement per distinct reason and up to 500 jobs: thousands queued behind full nodes share a few
+        # reasons, and a statement each (parsed and planned by PostgreSQL) cost more than the rows it changed.
         m = self._mark
         pending = JobState.PENDING.value
         # On the DB-API cursor, as the group commit.
