@@ -1,6 +1,6 @@
 """The server's cycle under a long backlog: per-cycle wall and CPU time with 50,000 jobs pending.
 
-    python benchmarks/backlog_cycle.py --hosts 512 --pending 50000 --cycles 200
+    python benchmarks/backlog_cycle.py --hosts 512 --pending 50000 --cycles 200 [--store]
 
 A rail-optimised SuperPOD of about ``--hosts`` DGX H100 hosts, every GPU busy with running jobs that have
 estimates (so EASY backfill reserves), and ``--pending`` mixed jobs (whole GPUs, gangs of 2-8 hosts, shares;
@@ -9,10 +9,14 @@ a share of them with deadlines, some too late to make them, and estimates), unde
 through ``CycleDriver.run_cycle``, the code path of the server's loop and the simulator: between cycles the
 clock moves ``--step`` seconds, ``--ends`` running jobs end and ``--arrivals`` jobs are submitted; what the
 cycle places starts at once. ``cycle_ms_*`` time ``run_cycle`` (the schedule and applying its decisions to the
-state) after one snapshot per cycle (``snapshot_ms_*``); ``waiting_ms_*`` time making the full list of reasons
-the server's actuator stores (``Waits`` makes it only when read: 50,000 new tuples, whose cost is mostly the
-garbage collector's passes over the backlog's objects; ``--gc-freeze`` shows it without). The first cycle (which sorts the backlog
-into the kept queue) is reported apart. Prints one JSON line.
+state) after one snapshot per cycle (``snapshot_ms_*``). ``reasons_ms_*`` time what the server's loop does with
+the cycle's waiting reasons (``SchedulingLoop._wait``): find those that changed since the last cycle
+(``server.reasons.StoredReasons``; where that module is missing, as on main before it, or with ``--full-diff``,
+the loop's former diff: every reason made and compared with last cycle's dict) and, with ``--store``, write
+them (``ServerOps.set_reason_groups``, else ``set_reasons``) to a SQLite store holding the backlog
+(``write_ms_*`` apart); ``written_mean`` is how many reasons a cycle writes. ``--gc-freeze``: ``gc.freeze()``
+after the setup (the collector then skips the backlog's objects). The first cycle (which sorts the backlog into
+the kept queue and writes every reason) is reported apart. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ import argparse
 import gc
 import json
 import os
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 
 import numpy as np
 
@@ -34,6 +40,13 @@ from gpupool.fabric.generators import superpod
 from gpupool.scheduler.driver import CycleDriver
 from gpupool.scheduler.settings import SchedulerSettings, scheduler_config, sharing_policy
 from gpupool.scheduler.types import Ending, Preemption, Signal, Waiting
+from gpupool.store import Store
+from gpupool.store.server_ops import ServerOps, Submission
+
+try:
+    from gpupool.server.reasons import StoredReasons
+except ImportError:  # before ``server.reasons``: the loop's full diff only
+    StoredReasons = None  # type: ignore[assignment,misc]
 
 
 def fill(state: ClusterState, rng: np.random.Generator) -> None:
@@ -103,6 +116,41 @@ class World:
         pass  # timed apart: ``waiting_ms``
 
 
+class Reasons:
+    """What ``SchedulingLoop._wait`` does with a cycle's waiting jobs: find the changed reasons and store them."""
+
+    def __init__(self, ops: ServerOps | None, full_diff: bool) -> None:
+        self.ops, self.write_s = ops, 0.0
+        self.book = None if full_diff or StoredReasons is None else StoredReasons()
+        self.stored: dict[str, tuple[str, str]] = {}
+
+    def _write(self, do: Callable[[], None]) -> None:
+        t = time.perf_counter()
+        if self.ops is not None:
+            do()
+        self.write_s = time.perf_counter() - t
+
+    def cycle(self, waiting: Sequence[Waiting]) -> int:
+        """How many reasons were written."""
+        ops = self.ops
+        if self.book is not None:
+            compared = self.book.compare(waiting)
+            self._write(lambda: ops.set_reason_groups(compared.changes))  # type: ignore[union-attr]
+            self.book.keep(compared)
+            return sum(len(jobs) for jobs in compared.changes.values())
+        reasons = {w.job_id: (w.reason.value, w.message) for w in waiting}
+        changed = {j: r for j, r in reasons.items() if self.stored.get(j) != r}
+        self._write(lambda: ops.set_reasons(changed))  # type: ignore[union-attr]
+        self.stored = reasons
+        return len(changed)
+
+
+def submit(ops: ServerOps | None, jobs: list[JobSpec]) -> None:
+    if ops is not None:
+        for at in range(0, len(jobs), 2000):
+            ops.submit_many([Submission(j, ("true",), {}, None, "bench") for j in jobs[at : at + 2000]])
+
+
 def pct(xs: list[float], q: float) -> float:
     return round(float(np.percentile(xs, q)) * 1000, 2) if xs else 0.0
 
@@ -121,21 +169,37 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="gc.freeze() after the setup: the collector then skips the backlog's objects (a long-lived server's choice)",
     )
+    ap.add_argument("--store", action="store_true", help="write the changed reasons to a SQLite store of the backlog")
+    ap.add_argument("--full-diff", action="store_true", help="the loop's former diff of every reason")
     args = ap.parse_args(argv)
+    with ExitStack() as stack:
+        ops = None
+        if args.store:
+            store = stack.enter_context(Store(f"sqlite:///{stack.enter_context(tempfile.TemporaryDirectory())}/b.db"))
+            store.migrate()
+            ops = ServerOps(store)
+        return run(args, ops)
+
+
+def run(args: argparse.Namespace, ops: ServerOps | None) -> int:
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     state = ClusterState(superpod(max(1, -(-(args.hosts + 1) // 32))))
     fill(state, rng)
-    for i in range(args.pending):
-        state.apply(JobSubmitted(backlog_job(i, 0.0, rng), 0.0))
+    backlog = [backlog_job(i, 0.0, rng) for i in range(args.pending)]
+    submit(ops, backlog)
+    for job in backlog:
+        state.apply(JobSubmitted(job, 0.0))
+    del backlog
+    handler = Reasons(ops, args.full_diff)
     s = SchedulerSettings()
     driver, sharing, world = CycleDriver(scheduler_config(s), s.usage_half_life_s), sharing_policy(s), World(state)
     setup_s = time.perf_counter() - t0
     if args.gc_freeze:
         gc.freeze()
     now, made = 0.0, args.pending
-    wall, cpu, snaps, waits, waits_cpu, pending = [], [], [], [], [], []
-    first: tuple[float, float] | None = None
+    wall, cpu, snaps, waits, waits_cpu, writes, written, pending = [], [], [], [], [], [], [], []
+    first: tuple[float, float, float] | None = None
     reasons: Counter[str] = Counter()
     for c in range(args.cycles + 1):
         t = time.perf_counter()
@@ -145,26 +209,30 @@ def main(argv: list[str] | None = None) -> int:
         run = driver.run_cycle(snap, snap.pending, sharing, world, now)
         w, u = time.perf_counter() - t, time.process_time() - p
         t, p = time.perf_counter(), time.process_time()
-        listed = tuple(run.result.waiting)
+        wrote = handler.cycle(run.result.waiting)
         wait_s, wait_cpu = time.perf_counter() - t, time.process_time() - p
         if c == 0:
-            first = (w, u)
+            first = (w, u, wait_s)
         else:
             wall.append(w)
             cpu.append(u)
             snaps.append(snap_s)
             waits.append(wait_s)
             waits_cpu.append(wait_cpu)
+            writes.append(handler.write_s)
+            written.append(wrote)
             pending.append(len(snap.pending))
         if c == args.cycles:
-            reasons = Counter(x.reason.value for x in listed)
+            reasons = Counter(x.reason.value for x in run.result.waiting)
         now += args.step
         running = sorted(state.snapshot().running)
         for j in rng.choice(len(running), size=min(args.ends, len(running)), replace=False):
             state.apply(JobFinished(running[int(j)], now))
-        for _ in range(args.arrivals):
-            state.apply(JobSubmitted(backlog_job(made, now, rng), now))
-            made += 1
+        arrived = [backlog_job(made + i, now, rng) for i in range(args.arrivals)]
+        made += args.arrivals
+        submit(ops, arrived)
+        for job in arrived:
+            state.apply(JobSubmitted(job, now))
     assert first is not None
     print(json.dumps({
         "hosts": state.index.n_hosts, "gpus": state.index.fabric.gpu_count, "pending": args.pending,
@@ -172,9 +240,13 @@ def main(argv: list[str] | None = None) -> int:
         "cycle_ms_p50": pct(wall, 50), "cycle_ms_p99": pct(wall, 99), "cycle_ms_max": pct(wall, 100),
         "cycle_cpu_ms_p50": pct(cpu, 50), "cycle_cpu_ms_p99": pct(cpu, 99),
         "snapshot_ms_p50": pct(snaps, 50), "snapshot_ms_p99": pct(snaps, 99),
-        "waiting_ms_p50": pct(waits, 50), "waiting_ms_p99": pct(waits, 99),
-        "waiting_cpu_ms_p50": pct(waits_cpu, 50), "waiting_cpu_ms_p99": pct(waits_cpu, 99),
+        "reasons": "full_diff" if handler.book is None else "changed", "store": args.store,
+        "reasons_ms_p50": pct(waits, 50), "reasons_ms_p99": pct(waits, 99),
+        "reasons_cpu_ms_p50": pct(waits_cpu, 50), "reasons_cpu_ms_p99": pct(waits_cpu, 99),
+        "write_ms_p50": pct(writes, 50), "write_ms_p99": pct(writes, 99),
+        "written_mean": round(float(np.mean(written)), 1), "written_max": max(written),
         "first_cycle_ms": round(first[0] * 1000, 1), "first_cycle_cpu_ms": round(first[1] * 1000, 1),
+        "first_reasons_ms": round(first[2] * 1000, 1),
         "kept_queue": driver.queue is not None, "gc_freeze": args.gc_freeze, "last_reasons": dict(reasons.most_common()),
         "setup_s": round(setup_s, 1), "cpu_s": round(time.process_time(), 1),
         "load_avg_1m": round(os.getloadavg()[0], 2),
