@@ -148,7 +148,10 @@ class Reasons:
 def submit(ops: ServerOps | None, jobs: list[JobSpec]) -> None:
     if ops is not None:
         for at in range(0, len(jobs), 2000):
-            ops.submit_many([Submission(j, ("true",), {}, None, "bench") for j in jobs[at : at + 2000]])
+            got = ops.submit_many([Submission(j, ("true",), {}, None, "bench") for j in jobs[at : at + 2000]])
+            refused = [e for e in got if isinstance(e, Exception)]
+            if refused:
+                raise SystemExit(f"error: the store refused {len(refused)} jobs: {refused[0]}")
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -177,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.store:
             store = stack.enter_context(Store(f"sqlite:///{stack.enter_context(tempfile.TemporaryDirectory())}/b.db"))
             store.migrate()
+            store.create_tenant("default", actor="bench")
             ops = ServerOps(store)
         return run(args, ops)
 
