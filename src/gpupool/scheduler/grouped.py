@@ -376,8 +376,8 @@ def _group_waits(
                         like = reserved[rt] = reserved_waiting(cy, jobs[j], rt, first)
                     at.append(label(like.reason, like.message))
                 labels[late] = np.asarray(at, dtype=np.int32)[inverse]
-            late_not = own[codes[own] == _INFEASIBLE]
-            for i, rt in zip(late_not.tolist(), t.runtime[late_not].tolist(), strict=True):
+            refused = own[codes[own] == _INFEASIBLE]
+            for i, rt in zip(refused.tolist(), t.runtime[refused].tolist(), strict=True):
                 w = infeasible(cy, jobs[i], rt)
                 labels[i] = label(w.reason, w.message)
         for i, w in t.visited.items():
