@@ -205,11 +205,10 @@ def admit(cy: Cycle, ask: Ask) -> Waiting | Ending | None:
 
 def infeasible(cy: Cycle, job: JobSpec, runtime_s: float) -> Waiting:
     """A deadline job refused by admission: placed now (``runtime_s`` at its full size) it would end late."""
-    now, launch, dl = cy.now, cy.sh.launch_latency_s, job.deadline_s
-    msg = (
-        f"needs {runtime_s:.0f} s after a launch of {launch:g} s; placed now it ends at "
-        f"t={now + launch + runtime_s:.0f}, after its deadline t={dl:.0f}"
-    )
+    launch, dl = cy.sh.launch_latency_s, job.deadline_s
+    # No time that moves with the clock: the server stores a reason only when it changes, and a backlog of such
+    # jobs would rewrite every one of them each cycle.
+    msg = f"needs {runtime_s:.0f} s after a launch of {launch:g} s, more than is left before its deadline t={dl:.0f}"
     return Waiting(job.job_id, ReasonCode.DEADLINE_INFEASIBLE, msg)
 
 
@@ -296,8 +295,8 @@ def reserved_waiting(cy: Cycle, job: JobSpec, runtime_s: float, first: Reservati
     return Waiting(
         job.job_id,
         ReasonCode.RESERVED,
-        f"fits now, but expected to run until t={cy.now + runtime_s:.0f}, past the reservation of "
-        f"{first.job_id} from t={first.start_s:.0f}",
+        f"fits now, but its {runtime_s:.0f} s would run past the reservation of {first.job_id} from "
+        f"t={first.start_s:.0f}",
     )
 
 

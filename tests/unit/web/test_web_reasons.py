@@ -11,10 +11,11 @@ from importlib import resources
 import pytest
 
 from gpupool.cluster import ClusterState, FabricIndex
-from gpupool.domain.events import GpuHealthChanged, HealthGrade, NodeDrained
-from gpupool.domain.jobs import JobSpec
+from gpupool.domain.events import GpuHealthChanged, HealthGrade, JobPlaced, JobStarted, JobSubmitted, NodeDrained
+from gpupool.domain.jobs import Allocation, JobSpec, TaskAllocation
 from gpupool.fabric.generators import leaf_spine
 from gpupool.scheduler import SchedulerConfig, ScheduleRequest, schedule
+from gpupool.scheduler.settings import SchedulerSettings, scheduler_config, sharing_policy
 from gpupool.web.pages import load_assets
 
 I18N = resources.files("gpupool.web") / "static" / "i18n"
@@ -49,8 +50,8 @@ SAMPLES = {
     "rail_alignment": "needs 2 task(s) of 4 GPUs with the same GPU indices free on every host; no set of hosts has them",
     "gang": "needs 32 GPUs; 40 are free on matching hosts but no domain searched could hold the gang",
     "array_limit": "array j-1a2b has 4 elements placed or running, its cap (%4)",
-    "deadline_infeasible": "needs 7200 s; started now it ends at t=1765100000, after its deadline t=1765099000",
-    "reserved": "fits now, but expected to run until t=1765100000, past the reservation of j-9 from t=1765090000",
+    "deadline_infeasible": "needs 7200 s after a launch of 0.4 s, more than is left before its deadline t=1765099000",
+    "reserved": "fits now, but its 7200 s would run past the reservation of j-9 from t=1765090000",
     "waiting_for_reservation": "needs 64 GPUs; 8 are free; holds a reservation of 8 host(s) from t=1765090000 (in 600 s)",
     "preempting_signal": "signalled 2 job(s) (j-1, j-2) to checkpoint; they are preempted at t=1765090000",
     "preempting": "preempted 2 job(s) (j-1, j-2) to free 16 GPUs; placed once they are gone",
@@ -132,3 +133,33 @@ def test_the_sentences_of_a_real_cycle_are_ones_the_page_knows() -> None:
               "unschedulable": {"out_of_service", "out_of_service_share"}}  # fmt: skip
     for w in got.waiting:
         assert key_of(w.message) in expect[w.reason.value], (w.reason, w.message)
+
+
+def test_the_deadline_and_reservation_sentences_of_a_real_cycle_are_ones_the_page_knows() -> None:
+    """The default settings (admission, EASY backfill): a job too late for its deadline, the gang holding the
+    reservation, and a job that fits but would run past it. Their sentences carry no time that moves with the
+    clock (the server rewrites a stored reason whenever its text changes), and the page knows each."""
+    fab = leaf_spine(2, 2, 4, gpus_per_host=8)  # 64 GPUs
+    state = ClusterState(FabricIndex(fab))
+    state.apply(JobSubmitted(JobSpec("r", 0.0, gpus_per_task=8, estimated_runtime_s=1000.0), 0.0))
+    host0 = TaskAllocation(fab.hosts[0].name, tuple(range(8)), 1000, 0, 0, 0)
+    state.apply(JobPlaced(Allocation("r", (host0,)), 0.0))
+    state.apply(JobStarted("r", 0.0))
+    pending = (
+        JobSpec("big", 1.0, tasks=8, gpus_per_task=8, estimated_runtime_s=100.0),  # 64 GPUs: waits for r's end
+        JobSpec("long", 2.0, estimated_runtime_s=5000.0),  # fits now, runs past the reservation
+        JobSpec("late", 3.0, estimated_runtime_s=100.0, deadline_s=50.0),
+    )
+    s = SchedulerSettings()
+    messages = {}
+    for now in (10.0, 20.0):
+        got = schedule(ScheduleRequest(state.snapshot(), pending, now, scheduler_config(s), sharing=sharing_policy(s)))
+        assert {w.job_id: w.reason.value for w in got.waiting} == {
+            "late": "deadline_infeasible",
+            "big": "waiting_for_reservation",
+            "long": "reserved",
+        }
+        for w in got.waiting:
+            assert key_of(w.message) == w.reason.value, (w.reason, w.message)
+        messages[now] = {w.job_id: w.message for w in got.waiting if w.job_id != "big"}  # big's says "in N s"
+    assert messages[10.0] == messages[20.0]
