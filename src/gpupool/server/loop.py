@@ -438,7 +438,7 @@ class SchedulingLoop(StoreSync):
     def _wait(self, waiting: Sequence[Waiting]) -> None:
         """Store the reasons that changed since the last cycle (``server.reasons``)."""
         compared = self._reasons.compare(waiting)
-        self._ops.set_reason_groups(compared.changes, fence=self._fence)
+        self._ops.write_reasons(compared.writes(), fence=self._fence)
         self._reasons.keep(compared)
 
     # -- live events -------------------------------------------------------------------------------------------
