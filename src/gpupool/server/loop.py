@@ -437,9 +437,7 @@ class SchedulingLoop(StoreSync):
 
     def _wait(self, waiting: Sequence[Waiting]) -> None:
         """Store the reasons that changed since the last cycle (``server.reasons``)."""
-        compared = self._reasons.compare(waiting)
-        self._ops.write_reasons(compared.writes(), fence=self._fence)
-        self._reasons.keep(compared)
+        self._reasons.store(waiting, self._ops, self._fence)
 
     # -- live events -------------------------------------------------------------------------------------------
     def _requeue_bad(self, state: ClusterState, now: float) -> None:

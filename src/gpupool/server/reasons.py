@@ -36,7 +36,9 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.scheduler.types import GroupWaits, Waiting, Waits
+from gpupool.store.fencing import Fence
 from gpupool.store.records import WaitWrites
+from gpupool.store.server_ops import ServerOps
 
 Reason = tuple[str, str]  # (reason code, message), as stored
 
@@ -106,6 +108,13 @@ class StoredReasons:
         if groups is None:
             return self._without_groups(waiting)
         return self._with_groups(groups)
+
+    def store(self, waiting: Sequence[Waiting], ops: ServerOps, fence: Fence | None) -> Compared:
+        """The scheduling loop's step: compare, write what changed (under ``fence``), keep what was written."""
+        compared = self.compare(waiting)
+        ops.write_reasons(compared.writes(), fence=fence)
+        self.keep(compared)
+        return compared
 
     def keep(self, compared: Compared) -> None:
         """The compared reasons are stored: the next cycle compares with them."""
