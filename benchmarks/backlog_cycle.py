@@ -38,12 +38,13 @@ from contextlib import ExitStack
 import numpy as np
 
 from gpupool.cluster import ClusterState
-from gpupool.domain.events import JobFinished, JobPlaced, JobPreempted, JobStarted, JobSubmitted
+from gpupool.domain.events import JobFinished, JobPlaced, JobStarted, JobSubmitted
 from gpupool.domain.jobs import Allocation, GpuShare, JobSpec, PriorityClass, TaskAllocation
 from gpupool.fabric.generators import superpod
 from gpupool.scheduler.driver import CycleDriver
 from gpupool.scheduler.settings import SchedulerSettings, scheduler_config, sharing_policy
-from gpupool.scheduler.types import Ending, Preemption, Signal, Waiting
+from gpupool.scheduler.types import Waiting
+from gpupool.sim.instant import InstantWorld
 from gpupool.store import Store
 from gpupool.store.server_ops import ServerOps, Submission
 
@@ -90,34 +91,6 @@ def backlog_job(i: int, now: float, rng: np.random.Generator) -> JobSpec:
     if k < 0.75:
         return JobSpec(jid, gpus_per_task=int(rng.choice([1, 1, 2, 4, 8])), **common)  # type: ignore[arg-type]
     return JobSpec(jid, tasks=int(rng.choice([2, 4, 8])), gpus_per_task=8, **common)  # type: ignore[arg-type]
-
-
-class World:
-    """The actuator: decisions take effect in the state at once (placed jobs start)."""
-
-    def __init__(self, state: ClusterState) -> None:
-        self.state = state
-        self.placed = 0
-
-    def end(self, ending: Ending, now_s: float) -> bool:
-        self.state.apply(JobFinished(ending.job_id, now_s, succeeded=False))
-        return True
-
-    def preempt(self, preemption: Preemption, now_s: float) -> bool:
-        self.state.apply(JobPreempted(preemption.job_id, now_s, preemption.reason.value))
-        return True
-
-    def place(self, allocation: Allocation, now_s: float) -> bool:
-        self.state.apply(JobPlaced(allocation, now_s))
-        self.state.apply(JobStarted(allocation.job_id, now_s))
-        self.placed += 1
-        return True
-
-    def signal(self, signal: Signal, now_s: float) -> bool:
-        return True
-
-    def waiting(self, waiting: Sequence[Waiting]) -> None:
-        pass  # timed apart: ``waiting_ms``
 
 
 class _Timed:
@@ -223,7 +196,11 @@ def run(args: argparse.Namespace, ops: ServerOps | None) -> int:
     del backlog
     handler = Reasons(ops, args.full_diff)
     s = SchedulerSettings()
-    driver, sharing, world = CycleDriver(scheduler_config(s), s.usage_half_life_s), sharing_policy(s), World(state)
+    driver, sharing, world = (
+        CycleDriver(scheduler_config(s), s.usage_half_life_s),
+        sharing_policy(s),
+        InstantWorld(state),
+    )
     setup_s = time.perf_counter() - t0
     if args.gc_freeze:
         gc.freeze()

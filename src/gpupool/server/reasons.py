@@ -78,12 +78,13 @@ class Compared(NamedTuple):
     classes: dict[str, Reason]
     class_changes: dict[str, Reason]
     dropped: tuple[str, ...]
+    prune: bool = False  # the first write of a book with groups: every waiting job is written, every class
 
     def writes(self) -> WaitWrites:
         """What ``ServerOps.write_reasons`` stores."""
         joined = {k.class_id: v for k, v in self.changes.items() if isinstance(k, Joined)}
         own = {k: v for k, v in self.changes.items() if not isinstance(k, Joined)}
-        return WaitWrites(self.class_changes, joined, own, self.dropped)
+        return WaitWrites(self.class_changes, joined, own, self.dropped, self.prune)
 
     @property
     def written(self) -> int:
@@ -170,7 +171,10 @@ class StoredReasons:
         changed = {cid: r for cid, r in classes.items() if was.get(cid) != r}
         # A class of last cycle that no job points at now: every job waiting now was compared above.
         dropped = tuple(cid for cid in was if cid not in classes)
-        return Compared(out, {}, kept, classes, changed, dropped)
+        # Nothing kept yet (a new loop, maybe a new leader): every waiting job is written above and every class
+        # is new to this book, so the classes stored before, by another process, can all go.
+        fresh = not (was or self._jobs or stored)
+        return Compared(out, {}, kept, classes, changed, dropped, fresh)
 
 
 class _Split:

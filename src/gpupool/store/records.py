@@ -143,9 +143,11 @@ class LoadedState:
 class WaitWrites:
     """One cycle's changes to the stored waiting reasons (``ServerOps.write_reasons``): shared reasons by class
     id (``WaitClassRow``) to store or delete, the jobs that now point at a class, and the jobs that now wait for
-    a (reason code, message) of their own."""
+    a (reason code, message) of their own. ``prune``: delete every stored class first (a new loop's first write,
+    which points every waiting job anew: the classes a former leader stored are then garbage)."""
 
     classes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     joined: Mapping[str, Sequence[str]] = field(default_factory=dict)
     own: Mapping[tuple[str, str], Sequence[str]] = field(default_factory=dict)
     dropped: Sequence[str] = ()
+    prune: bool = False

@@ -393,13 +393,17 @@ class ServerOps(AgentRegistry):
         """Why pending jobs wait, all in one transaction (advisory: neither versioned nor audited): the shared
         reasons (``WaitClassRow``) first, then which jobs point at them, then the jobs' own reasons; ``fence``:
         the scheduling loop's lease, checked first."""
-        if not (writes.classes or writes.dropped or any(writes.joined.values()) or any(writes.own.values())):
+        if not (
+            writes.classes or writes.dropped or writes.prune or any(writes.joined.values()) or any(writes.own.values())
+        ):
             return
         m, t, pending = self._mark, JobRow.__tablename__, JobState.PENDING.value
         # On the DB-API cursor, as the group commit. One statement per distinct reason (or class) and up to 500
         # jobs: thousands queued behind full nodes share a few reasons, and a statement each (parsed and planned
         # by PostgreSQL) cost more than the rows it changed.
         with self.store._core_tx(write=True, fence=fence) as conn, closing(conn.connection.cursor()) as cur:
+            if writes.prune:
+                cur.execute(f"DELETE FROM {WaitClassRow.__tablename__}")
             if writes.classes:
                 cur.executemany(
                     f"INSERT INTO {WaitClassRow.__tablename__} (id, reason_code, reason) VALUES ({m}, {m}, {m})"

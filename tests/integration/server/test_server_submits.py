@@ -157,3 +157,8 @@ def test_a_shared_waiting_reason_is_each_pending_job_s_reason_in_the_api(api: Ap
     ops.write_reasons(WaitWrites(dropped=["k1"]))
     assert api.srv.store.get_job("c1").reason == "cancelled"
     assert api.srv.store.get_job("c0").reason_code == ""  # its class is gone: its own (none)
+    # A new loop's first write prunes the classes stored before (another leader's) and points its jobs anew.
+    ops.write_reasons(WaitWrites(classes={"k1": ("no_capacity", "old")}, joined={"k1": ["c0"]}))
+    ops.write_reasons(WaitWrites(classes={"k2": ("no_capacity", "new")}, joined={"k2": ["c2"]}, prune=True))
+    assert api.srv.store.get_job("c0").reason_code == ""
+    assert api.srv.store.get_job("c2").reason == "new"
