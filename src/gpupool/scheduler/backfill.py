@@ -6,7 +6,8 @@ made from estimates, and one made from the default runtime's guess held the queu
 traces without estimates (ITP cluster05, FIFO with EASY: 3.54x the bound against 2.46x without; with no
 estimate anywhere, no reservation is made and the queue is served as without backfill). Ends are released in time order on
 the cycle's capacity arrays until the placer finds room for the blocked job; the hosts it would take from
-that moment are its reservation. Everything is undone afterwards. A later job may use a reserved host only
+that moment are its reservation (a deadline job at risk may count jobs it would preempt as ending now:
+``stages.deadline_reservation``). Everything is undone afterwards. A later job may use a reserved host only
 if it is expected to end by the reservation's start (EASY keeps one reservation, conservative several).
 """
 
@@ -19,7 +20,7 @@ import numpy.typing as npt
 
 from gpupool.cluster.snapshot import RunningJob
 from gpupool.scheduler.capacity import Capacity
-from gpupool.scheduler.placement import Need
+from gpupool.scheduler.placement import Need, TaskPick
 from gpupool.scheduler.placers import CycleContext, Placer
 
 FloatArray = npt.NDArray[np.float64]
@@ -37,24 +38,28 @@ def reserve(
     placer: Placer,
     ctx: CycleContext,
     ends: Sequence[tuple[float, RunningJob]],
-) -> tuple[float, tuple[int, ...]] | None:
-    """(start time, host indices) of the earliest reservation for ``need``, or None if no end frees room."""
+    freed: Sequence[RunningJob] = (),
+    now_s: float = 0.0,
+) -> tuple[float, list[TaskPick]] | None:
+    """(start time, the placer's picks then) of the earliest reservation for ``need``, or None if no end frees
+    room. ``freed``: jobs to preempt, given back at ``now_s`` before any end (``ends`` must not hold them)."""
     ix = cap.index
     mark = cap.mark()
-    found: tuple[float, tuple[int, ...]] | None = None
-    for end, r in ends:
-        if r.spec.estimated_runtime_s is None:
-            continue
-        for t in r.allocation.tasks:
-            h = ix.host_index(t.host)
-            cap.give(h, list(t.gpus), t.milli_gpu, t.gpu_memory_mib, t.cpu_millicores, t.memory_mib)
+    found: tuple[float, list[TaskPick]] | None = None
+    steps: list[tuple[float, Sequence[RunningJob]]] = [(now_s, freed)] if freed else []
+    steps += ((end, (r,)) for end, r in ends if r.spec.estimated_runtime_s is not None)
+    for end, gone in steps:
+        for r in gone:
+            for t in r.allocation.tasks:
+                h = ix.host_index(t.host)
+                cap.give(h, list(t.gpus), t.milli_gpu, t.gpu_memory_mib, t.cpu_millicores, t.memory_mib)
         if not need.share and cap.total_free_whole() < need.total:
             continue
         m = cap.mark()
         picks = placer.place(cap, need, ctx)
         cap.undo(m)
         if picks is not None:
-            found = (end, tuple(sorted({h for h, _ in picks})))
+            found = (end, picks)
             break
     cap.undo(mark)
     return found

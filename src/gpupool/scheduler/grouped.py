@@ -11,7 +11,7 @@ job's fate in a cycle follows its shape, the cycle's state and a few numbers of 
 - with the EASY reservation made, a job expected to end after it starts is kept off its hosts: refused there,
   it waits RESERVED (it fits elsewhere) or for capacity; a job that ends before it is placed as without it;
 - a job that may preempt (one of a higher priority than some preemptible running job, or a deadline job at
-  risk) and an elastic deadline job (its sizes follow its deadline) are decided one by one.
+  risk, which may also hold a reservation of its own: ``stages.deadline_reservation``) and an elastic deadline job (its sizes follow its deadline) are decided one by one.
 
 So the cycle takes the jobs of all shapes in the policy's order (a merge of the groups' next jobs to visit),
 runs each visited job through the stages (``stages.decide``), learns from its outcome what holds for the rest
@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.scheduler.cyclestate import UNDIAGNOSED, Ask, Cycle, Wide
-from gpupool.scheduler.deadlines import at_risk_each
+from gpupool.scheduler.deadlines import at_risk_each, near_latest_start_each
 from gpupool.scheduler.diagnose import diagnose
 from gpupool.scheduler.placement import make_need
 from gpupool.scheduler.refusals import Diagnosis, monotone
@@ -86,9 +86,11 @@ class _Bounds:
         self.all = pre.by_service
         running = cy.request.snapshot.running.values()
         ok = [r.spec for r in running if r.spec.preemptible and r.runtime_s(now) >= pre.min_runtime_s]
-        # PRIORITY: a preemptible job of a lower class; DEADLINE (at risk): one without a deadline, not higher.
+        # PRIORITY: a preemptible job of a lower class, old enough; DEADLINE (at risk): one without a deadline,
+        # not higher, however young (``stages.candidates``).
         self.above = min((int(s.priority) for s in ok), default=None) if pre.by_priority else None
-        self.risk_from = min((int(s.priority) for s in ok if s.deadline_s is None), default=None)
+        young = (r.spec for r in running if r.spec.preemptible and r.spec.deadline_s is None)
+        self.risk_from = min((int(s.priority) for s in young), default=None)
 
 
 class _Track:
@@ -156,7 +158,10 @@ class _Track:
                     visit |= prio > bounds.above
                 if bounds.risk_from is not None:
                     slack = dl - cy.now - sh.launch_latency_s - runtime  # ``stages.at_risk``
-                    visit |= at_risk_each(slack, runtime, sh.deadline_at_risk) & (prio >= bounds.risk_from)
+                    near = at_risk_each(slack, runtime, sh.deadline_at_risk)
+                    if sh.backfill is not BackfillMode.NONE:  # it may hold a deadline reservation
+                        near |= near_latest_start_each(slack, runtime)
+                    visit |= near & (prio >= bounds.risk_from)
         visit &= adm
         self.always = np.flatnonzero(visit)
         self.adm = np.flatnonzero(adm & ~visit)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Generic, NamedTuple, TypeVar
 
 from gpupool.scheduler.capacity import Capacity
-from gpupool.scheduler.placement import Need
+from gpupool.scheduler.placement import Need, TaskPick
 from gpupool.scheduler.types import ReasonCode
 
 K = TypeVar("K")
@@ -65,6 +65,7 @@ class OutcomeKey(NamedTuple):
     reservations: ReservationKey | None
     sizes: tuple[int, ...]
     who: Who | None  # None: this job may not preempt (preemption off, or the cycle's preemptors used up)
+    latest_s: float | None = None  # near it: its latest start, by which a deadline reservation must start
 
 
 class Outcome(NamedTuple):
@@ -142,6 +143,7 @@ class Refusals:
         "no_victims",
         "outcome",
         "place",
+        "reservation",
         "version",
     )
 
@@ -157,6 +159,8 @@ class Refusals:
         self.no_reservation: Facts[int] = Facts()  # shape ids
         self.blocked: Lasting[int] = Lasting()  # shape ids that wait for capacity, where the shape decides
         self.outcome: Answers[OutcomeKey, Outcome] = Answers()
+        # A deadline reservation's search (``stages.deadline_reservation``), wrapped: None is an answer too.
+        self.reservation: Answers[object, tuple[tuple[float, list[TaskPick]] | None]] = Answers()
 
     def bump(self) -> None:
         """The cycle's state changed: forget what depended on it as it was."""
@@ -168,8 +172,9 @@ class Refusals:
         for facts in (self.fits, self.no_victims, self.no_reservation):
             if facts.keys:
                 facts.keys.clear()
-        if self.outcome.values:
-            self.outcome.values.clear()
+        for answers in (self.outcome, self.reservation):
+            if answers.values:
+                answers.values.clear()
 
     def _fresh(self) -> bool:
         if self._cap.releases != self._releases:

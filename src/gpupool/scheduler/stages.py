@@ -11,16 +11,18 @@ once, so a cycle without sharing rules only orders, places and diagnoses.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
 from gpupool.domain.dependencies import Verdict, dependency_verdict
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
-from gpupool.scheduler.backfill import reserve
+from gpupool.scheduler.backfill import expected_end, reserve
 from gpupool.scheduler.cyclestate import Ask, Cycle, Wide
 from gpupool.scheduler.deadlines import at_risk as deadline_at_risk
+from gpupool.scheduler.deadlines import near_latest_start
 from gpupool.scheduler.diagnose import diagnose, never_fits
-from gpupool.scheduler.placement import make_need
+from gpupool.scheduler.placement import Need, TaskPick, make_need
 from gpupool.scheduler.preemption import Candidate, candidate, find_victims
 from gpupool.scheduler.quotas import job_keys
 from gpupool.scheduler.refusals import (
@@ -147,7 +149,7 @@ def decide(cy: Cycle, ask: Ask) -> None:
         if waits is not None:
             seen.answered(seen.outcome, okey, Outcome(waits.reason, waits.message))
         else:
-            waits = preempt(cy, ask, okey.who) or backfill(cy, ask, wide)
+            waits = preempt(cy, ask, okey.who) or backfill(cy, ask, wide, okey.who)
             if waits is None:
                 seen.answered(seen.outcome, okey, LATER)
         if waits is not None:
@@ -236,8 +238,9 @@ def reservation_key(cy: Cycle, ask: Ask) -> ReservationKey | None:
 
 
 def outcome_key(cy: Cycle, ask: Ask, sizes: tuple[int, ...], resv: ReservationKey | None) -> OutcomeKey:
-    job = ask.job
-    return OutcomeKey(ask.shape, job.pool, job.preemptible, resv, sizes, who(cy, ask))
+    job, asker = ask.job, who(cy, ask)
+    latest = latest_start(cy, ask) if asker is not None else None  # ``deadline_reservation`` depends on it
+    return OutcomeKey(ask.shape, job.pool, job.preemptible, resv, sizes, asker, latest)
 
 
 # ------------------------------------------------------------------------------------------------ place
@@ -317,15 +320,16 @@ def _fits_wide(cy: Cycle, ask: Ask, wide: Wide) -> bool:
 # ---------------------------------------------------------------------------------------------- preempt
 
 
-def candidates(cy: Cycle, ask: Ask) -> list[Candidate]:
+def candidates(cy: Cycle, ask: Ask, risk: bool | None = None) -> list[Candidate]:
     """Running jobs this job may preempt, each with its reason: borrowers of its pool's hosts (POOL_RECLAIM),
     borrowers of its cohort when it is within its nominal quota (QUOTA_RECLAIM), preemptible jobs of lower
     priority (PRIORITY), preemptible jobs without a deadline when it is a deadline job at risk (DEADLINE: they
     checkpoint and run again later, it would miss; however young they are, as the cheapest victims, those
     with the least work to lose, go first), preemptible jobs ranked after it by service
-    (ATTAINED_SERVICE)."""
+    (ATTAINED_SERVICE). ``risk``: whether it is at risk (None: ``at_risk``)."""
     job, pre, cap, now = ask.job, cy.sh.preemption, cy.cap, cy.now
-    risk = at_risk(cy, ask)
+    if risk is None:
+        risk = at_risk(cy, ask)
     pools, book = cy.pools, cy.book
     own = pools.code(job.pool) if pools is not None else -1
     reclaim_quota = book is not None and book.within_nominal(job, job.gpu_milli)
@@ -405,6 +409,12 @@ def preempt(cy: Cycle, ask: Ask, asker: Who | None) -> Waiting | None:
         seen.note(seen.no_victims, key)
         return None
     seen.bump()
+    return take(cy, job, victims)
+
+
+def take(cy: Cycle, job: JobSpec, victims: Sequence[Candidate]) -> Waiting:
+    """Preempt ``victims`` for ``job`` now (or, for a reclaim within its grace, signal them to checkpoint)."""
+    pre = cy.sh.preemption
     cy.preemptors += 1
     due = job.submit_time_s + pre.grace_s
     names = ", ".join(v.running.spec.job_id for v in victims)
@@ -433,11 +443,18 @@ def preempt(cy: Cycle, ask: Ask, asker: Who | None) -> Waiting | None:
 # ------------------------------------------------------------------------------- backfill and diagnose
 
 
-def backfill(cy: Cycle, ask: Ask, wide: Wide) -> Waiting | None:
+def backfill(cy: Cycle, ask: Ask, wide: Wide, asker: Who | None = None) -> Waiting | None:
     """With backfill, a job that waits for capacity gets a reservation of the hosts it could have from the
     earliest expected end on (EASY: the first such job only; conservative: up to ``max_reservations``):
-    it waits WAITING_FOR_RESERVATION. None without a reservation."""
+    it waits WAITING_FOR_RESERVATION. A deadline job near its latest start may hold one besides
+    (``deadline_reservation``). None without a reservation. ``asker``: ``who(cy, ask)``."""
     mode, seen = cy.sh.backfill, cy.seen
+    if mode is BackfillMode.NONE:
+        return None
+    if asker is not None and latest_start(cy, ask) is not None:
+        held = deadline_reservation(cy, ask, wide, asker)
+        if held is not None:
+            return held
     if not (
         (mode is BackfillMode.EASY and not cy.reservations)
         or (mode is BackfillMode.CONSERVATIVE and len(cy.reservations) < cy.sh.max_reservations)
@@ -449,14 +466,95 @@ def backfill(cy: Cycle, ask: Ask, wide: Wide) -> Waiting | None:
     if got is None:
         seen.note(seen.no_reservation, ask.shape)
         return None
-    why = diagnose(cy.cap, wide.need)
-    start, hosts = got
-    cap = cy.cap
-    cy.reservations.append(Reservation(ask.job.job_id, start, tuple(cap.index.host_name(h) for h in hosts)))
-    cy.reserved_from[list(hosts)] = np.minimum(cy.reserved_from[list(hosts)], start)
-    seen.bump()
-    msg = f"{why[1]}; holds a reservation of {len(hosts)} host(s) from t={start:.0f} (in {start - cy.now:.0f} s)"
-    return Waiting(ask.job.job_id, ReasonCode.WAITING_FOR_RESERVATION, msg)
+    msg = hold(cy, ask.job, got[0], got[1])
+    return Waiting(ask.job.job_id, ReasonCode.WAITING_FOR_RESERVATION, f"{diagnose(cy.cap, wide.need)[1]}; {msg}")
+
+
+def latest_start(cy: Cycle, ask: Ask) -> float | None:
+    """A deadline job's latest start while it is near it (``deadlines.near_latest_start``), else None."""
+    dl = ask.job.deadline_s
+    if dl is None:
+        return None
+    latest = dl - cy.sh.launch_latency_s - ask.runtime_s
+    return latest if near_latest_start(latest - cy.now, ask.runtime_s) else None
+
+
+def hold(cy: Cycle, job: JobSpec, start: float, picks: Sequence[TaskPick]) -> str:
+    """Reserve the hosts of ``picks`` for ``job`` from ``start`` on (a state change); what it holds, in words."""
+    hosts = sorted({h for h, _ in picks})
+    cy.reservations.append(Reservation(job.job_id, start, tuple(cy.cap.index.host_name(h) for h in hosts)))
+    cy.reserved_from[hosts] = np.minimum(cy.reserved_from[hosts], start)
+    cy.seen.bump()
+    return f"holds a reservation of {len(hosts)} host(s) from t={start:.0f} (in {start - cy.now:.0f} s)"
+
+
+def deadline_reservation(cy: Cycle, ask: Ask, wide: Wide, asker: Who) -> Waiting | None:
+    """A deadline job near its latest start (``latest_start``) that would start after it if it waited for the
+    running jobs to end (on a busy cluster every host it could take also runs jobs it may not preempt: strict
+    deadline jobs) holds the hosts, not held by another reservation, that can be made free soonest by its
+    latest start, counting the jobs it may preempt when at risk (``candidates``) as ending now: nobody is
+    placed there who would still run at the reservation's start. Once at risk it preempts those candidates
+    there that would still run then (so they run on while it only holds); at risk, a reservation by its
+    latest start without victims is taken too, so that it keeps the hosts it emptied in an earlier cycle.
+    None when nothing frees room by its latest start (it waits as any other job, and admission refuses it
+    once it cannot make it)."""
+    job = ask.job
+    latest = latest_start(cy, ask)
+    assert latest is not None
+    mask = cy.reserved_from == np.inf
+    if ask.base is not None:
+        mask &= ask.base
+    need = make_need(job, cy.cap, mask)
+    cands = candidates(cy, ask, risk=True)
+    if not cands or never_fits(cy.cap, need) is not None:
+        return None  # without candidates it is no job the kept queue's cycle visits one by one (``grouped``)
+    plain = _reserve_memo(cy, ("plain", ask.shape), need, None)
+    if plain is not None and plain[0] <= latest:
+        if not asker.at_risk:
+            return None  # it makes it by waiting: EASY's reservation, if any
+        msg = hold(cy, job, plain[0], plain[1])
+        return Waiting(job.job_id, ReasonCode.WAITING_FOR_RESERVATION, f"at risk of missing its deadline: {msg}")
+    key = VictimKey(ask.shape, job.pool, asker._replace(at_risk=True), job.gpu_milli)
+    got = _reserve_memo(cy, key, need, cands)
+    if got is None or got[0] > latest:
+        return None
+    msg = hold(cy, job, got[0], got[1])
+    victims = _in_the_way(cy, cands, got[0], got[1]) if asker.at_risk else []
+    if victims:
+        msg = f"{take(cy, job, victims).message}; {msg}"
+    why = "at risk of missing its deadline" if asker.at_risk else "would miss its deadline waiting"
+    return Waiting(job.job_id, ReasonCode.WAITING_FOR_RESERVATION, f"{why}: {msg}")
+
+
+def _reserve_memo(
+    cy: Cycle, key: tuple[object, ...], need: Need, cands: Sequence[Candidate] | None
+) -> tuple[float, list[TaskPick]] | None:
+    """``reserve`` for ``need`` from the running jobs' ends, with ``cands`` ending now (remembered by ``key``
+    until the state changes)."""
+    seen = cy.seen
+    known = seen.answer(seen.reservation, key)
+    if known is not None:
+        return known[0]
+    if cands is None:
+        got = reserve(cy.cap, need, cy.placer, cy.ctx, cy.ends())
+    else:
+        ids = {c.running.spec.job_id for c in cands}
+        ends = [e for e in cy.ends() if e[1].spec.job_id not in ids]
+        got = reserve(cy.cap, need, cy.placer, cy.ctx, ends, [c.running for c in cands], cy.now)
+    seen.answered(seen.reservation, key, (got,))
+    return got
+
+
+def _in_the_way(cy: Cycle, cands: Sequence[Candidate], start: float, picks: Sequence[TaskPick]) -> list[Candidate]:
+    """The candidates that hold a GPU of ``picks`` and are expected to run past ``start``."""
+    taken = {(h, g) for h, gpus in picks for g in gpus}
+    ix, now, default = cy.cap.index, cy.now, cy.sh.default_runtime_s
+    return [
+        c
+        for c in cands
+        if expected_end(c.running, now, default) > start
+        and any((ix.host_index(t.host), g) in taken for t in c.running.allocation.tasks for g in t.gpus)
+    ]
 
 
 def diagnose_waiting(cy: Cycle) -> None:

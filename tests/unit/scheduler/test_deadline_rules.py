@@ -7,6 +7,8 @@ from sched_builders import make_fabric, make_job
 from test_sharing_rules import go, reasons, start
 
 from gpupool.cluster import ClusterState
+from gpupool.domain.events import JobPreempted
+from gpupool.domain.jobs import JobSpec
 from gpupool.scheduler import ReasonCode, SchedulerConfig, ScheduleRequest, SharingPolicy
 from gpupool.scheduler.deadlines import AT_RISK_MIN_S, Verdict, admit
 from gpupool.scheduler.policies import get_policy, order
@@ -105,3 +107,49 @@ def test_the_default_order_serves_deadline_jobs_by_latest_start_then_the_shortes
         "long",
         "none",
     ]
+
+
+def _strict_beside_best_effort() -> tuple[ClusterState, list[JobSpec]]:
+    """One 8-GPU host: a strict deadline job on 4 GPUs to t=100 (not a victim) and a preemptible best-effort one
+    on the other 4 to t=10,000."""
+    state = ClusterState(make_fabric(1, 1))
+    strict = make_job("strict", gpus=4, estimated_runtime_s=100.0, deadline_s=150.0, preemptible=True)
+    be = make_job("be", gpus=4, estimated_runtime_s=10_000.0, preemptible=True)
+    start(state, go(state, [strict, be], 0.0, SharingPolicy()), [strict, be], 0.0)
+    return state, [strict, be]
+
+
+def test_an_at_risk_deadline_job_holds_the_host_a_strict_job_frees_by_its_latest_start() -> None:
+    """The host cannot be made whole now (the strict job is no victim), but it can by t=100, before the job's
+    latest start (t=105): it preempts the best-effort job in the way and holds the host from t=100 (a deadline
+    reservation); in the next cycle nothing that would still run at t=100 is placed on the freed GPUs, a job
+    that ends before is. Without the rule it waits for the best-effort job's end (t=10,000) and misses (Chronus
+    MIX1 jobs 14887 and 26967: 8 GPUs, every host running a strict job)."""
+    state, _ = _strict_beside_best_effort()
+    sh = sharing_policy(SchedulerSettings())
+    assert sh.launch_latency_s == 0.4
+    dl = make_job("dl", gpus=8, t=79.0, estimated_runtime_s=100.0, deadline_s=205.4)  # slack at t=80: 25 s
+    r = go(state, [dl], 80.0, sh, policy="srt")
+    assert [(p.job_id, p.reason) for p in r.preemptions] == [("be", ReasonCode.DEADLINE)]
+    assert [(v.job_id, v.start_s) for v in r.reservations] == [("dl", 100.0)]
+    assert reasons(r)["dl"] is ReasonCode.WAITING_FOR_RESERVATION
+    state.apply(JobPreempted("be", 80.0))
+    long, quick = (
+        make_job("long", gpus=4, estimated_runtime_s=1000.0),
+        make_job("quick", gpus=4, estimated_runtime_s=10.0),
+    )
+    r = go(state, [dl, long], 81.0, sh, policy="srt")
+    assert r.preemptions == () and r.placements == ()
+    assert [(v.job_id, v.start_s) for v in r.reservations] == [("dl", 100.0)]
+    assert reasons(r)["long"] is ReasonCode.RESERVED
+    assert [a.job_id for a in go(state, [dl, quick], 81.0, sh, policy="srt").placements] == ["quick"]
+
+
+def test_no_deadline_reservation_that_would_start_after_the_latest_start() -> None:
+    """The same job with its latest start at t=95, before the strict job ends: nothing it may do meets its
+    deadline, so nobody is preempted for it: it waits as any job (EASY's reservation, from the estimates)."""
+    state, _ = _strict_beside_best_effort()
+    dl = make_job("dl", gpus=8, t=79.0, estimated_runtime_s=100.0, deadline_s=195.4)
+    r = go(state, [dl], 80.0, sharing_policy(SchedulerSettings()), policy="srt")
+    assert r.preemptions == ()
+    assert [(v.job_id, v.start_s) for v in r.reservations] == [("dl", 10_000.0)]  # EASY's, from the estimates
