@@ -40,15 +40,19 @@ def reserve(
     ends: Sequence[tuple[float, RunningJob]],
     freed: Sequence[RunningJob] = (),
     now_s: float = 0.0,
+    until_s: float = np.inf,
 ) -> tuple[float, list[TaskPick]] | None:
-    """(start time, the placer's picks then) of the earliest reservation for ``need``, or None if no end frees
-    room. ``freed``: jobs to preempt, given back at ``now_s`` before any end (``ends`` must not hold them)."""
+    """(start time, the placer's picks then) of the earliest reservation for ``need``, or None if no end by
+    ``until_s`` frees room. ``freed``: jobs to preempt, given back at ``now_s`` before any end (``ends`` must
+    not hold them)."""
     ix = cap.index
     mark = cap.mark()
     found: tuple[float, list[TaskPick]] | None = None
     steps: list[tuple[float, Sequence[RunningJob]]] = [(now_s, freed)] if freed else []
     steps += ((end, (r,)) for end, r in ends if r.spec.estimated_runtime_s is not None)
     for end, gone in steps:
+        if end > until_s:
+            break
         for r in gone:
             for t in r.allocation.tasks:
                 h = ix.host_index(t.host)

@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.scheduler.cyclestate import UNDIAGNOSED, Ask, Cycle, Wide
-from gpupool.scheduler.deadlines import at_risk_each, near_latest_start_each
+from gpupool.scheduler.deadlines import at_risk_each, near_latest_start_each, whole_hosts
 from gpupool.scheduler.diagnose import diagnose
 from gpupool.scheduler.placement import make_need
 from gpupool.scheduler.refusals import Diagnosis, monotone
@@ -159,8 +159,12 @@ class _Track:
                 if bounds.risk_from is not None:
                     slack = dl - cy.now - sh.launch_latency_s - runtime  # ``stages.at_risk``
                     near = at_risk_each(slack, runtime, sh.deadline_at_risk)
-                    if sh.backfill is not BackfillMode.NONE:  # it may hold a deadline reservation
-                        near |= near_latest_start_each(slack, runtime)
+                    if (
+                        sh.backfill is not BackfillMode.NONE
+                        and self.n
+                        and whole_hosts(g.jobs[0], cy.cap.index.max_gpus)
+                    ):
+                        near |= near_latest_start_each(slack, runtime)  # it may hold a deadline reservation
                     visit |= near & (prio >= bounds.risk_from)
         visit &= adm
         self.always = np.flatnonzero(visit)

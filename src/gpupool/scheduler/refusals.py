@@ -159,8 +159,8 @@ class Refusals:
         self.no_reservation: Facts[int] = Facts()  # shape ids
         self.blocked: Lasting[int] = Lasting()  # shape ids that wait for capacity, where the shape decides
         self.outcome: Answers[OutcomeKey, Outcome] = Answers()
-        # A deadline reservation's search (``stages.deadline_reservation``), wrapped: None is an answer too.
-        self.reservation: Answers[object, tuple[tuple[float, list[TaskPick]] | None]] = Answers()
+        # A deadline reservation's search (``stages.deadline_reservation``): what it found, and by when it looked.
+        self.reservation: Answers[object, tuple[tuple[float, list[TaskPick]] | None, float]] = Answers()
 
     def bump(self) -> None:
         """The cycle's state changed: forget what depended on it as it was."""

@@ -20,7 +20,7 @@ from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
 from gpupool.scheduler.backfill import expected_end, reserve
 from gpupool.scheduler.cyclestate import Ask, Cycle, Wide
 from gpupool.scheduler.deadlines import at_risk as deadline_at_risk
-from gpupool.scheduler.deadlines import near_latest_start
+from gpupool.scheduler.deadlines import near_latest_start, whole_hosts
 from gpupool.scheduler.diagnose import diagnose, never_fits
 from gpupool.scheduler.placement import Need, TaskPick, make_need
 from gpupool.scheduler.preemption import Candidate, candidate, find_victims
@@ -471,9 +471,9 @@ def backfill(cy: Cycle, ask: Ask, wide: Wide, asker: Who | None = None) -> Waiti
 
 
 def latest_start(cy: Cycle, ask: Ask) -> float | None:
-    """A deadline job's latest start while it is near it (``deadlines.near_latest_start``), else None."""
-    dl = ask.job.deadline_s
-    if dl is None:
+    """The latest start of a deadline job that needs whole hosts, while it is near it (``deadlines``), else None."""
+    job, dl = ask.job, ask.job.deadline_s
+    if dl is None or not whole_hosts(job, cy.cap.index.max_gpus):
         return None
     latest = dl - cy.sh.launch_latency_s - ask.runtime_s
     return latest if near_latest_start(latest - cy.now, ask.runtime_s) else None
@@ -489,13 +489,13 @@ def hold(cy: Cycle, job: JobSpec, start: float, picks: Sequence[TaskPick]) -> st
 
 
 def deadline_reservation(cy: Cycle, ask: Ask, wide: Wide, asker: Who) -> Waiting | None:
-    """A deadline job near its latest start (``latest_start``) that would start after it if it waited for the
-    running jobs to end (on a busy cluster every host it could take also runs jobs it may not preempt: strict
-    deadline jobs) holds the hosts, not held by another reservation, that can be made free soonest by its
-    latest start, counting the jobs it may preempt when at risk (``candidates``) as ending now: nobody is
-    placed there who would still run at the reservation's start. Once at risk it preempts those candidates
-    there that would still run then (so they run on while it only holds); at risk, a reservation by its
-    latest start without victims is taken too, so that it keeps the hosts it emptied in an earlier cycle.
+    """A deadline job that needs whole hosts, near its latest start (``latest_start``), holds the hosts (none
+    held by another reservation) that are free soonest, if that is by its latest start: nobody is placed there
+    who would still run then. On a busy cluster of small strict jobs, no host is ever whole otherwise: as one
+    job ends, another takes its GPUs. When waiting for the running jobs' ends is too late, it counts the jobs
+    it could preempt at risk (``candidates``) as ending now, and holds the hosts that frees soonest; once at
+    risk it preempts those there that would still run at the reservation's start (till then they run on).
+    Only while it has candidates (the kept queue's cycle visits such a job one by one: ``grouped._Bounds``).
     None when nothing frees room by its latest start (it waits as any other job, and admission refuses it
     once it cannot make it)."""
     job = ask.job
@@ -507,41 +507,42 @@ def deadline_reservation(cy: Cycle, ask: Ask, wide: Wide, asker: Who) -> Waiting
     need = make_need(job, cy.cap, mask)
     cands = candidates(cy, ask, risk=True)
     if not cands or never_fits(cy.cap, need) is not None:
-        return None  # without candidates it is no job the kept queue's cycle visits one by one (``grouped``)
-    plain = _reserve_memo(cy, ("plain", ask.shape), need, None)
-    if plain is not None and plain[0] <= latest:
-        if not asker.at_risk:
-            return None  # it makes it by waiting: EASY's reservation, if any
-        msg = hold(cy, job, plain[0], plain[1])
-        return Waiting(job.job_id, ReasonCode.WAITING_FOR_RESERVATION, f"at risk of missing its deadline: {msg}")
-    key = VictimKey(ask.shape, job.pool, asker._replace(at_risk=True), job.gpu_milli)
-    got = _reserve_memo(cy, key, need, cands)
-    if got is None or got[0] > latest:
         return None
+    victims: list[Candidate] = []
+    got = _reserve_memo(cy, ("plain", ask.shape), need, None, latest)
+    if got is None:
+        key = VictimKey(ask.shape, job.pool, asker._replace(at_risk=True), job.gpu_milli)
+        got = _reserve_memo(cy, key, need, cands, latest)
+        if got is None:
+            return None
+        victims = _in_the_way(cy, cands, got[0], got[1]) if asker.at_risk else []
     msg = hold(cy, job, got[0], got[1])
-    victims = _in_the_way(cy, cands, got[0], got[1]) if asker.at_risk else []
     if victims:
         msg = f"{take(cy, job, victims).message}; {msg}"
-    why = "at risk of missing its deadline" if asker.at_risk else "would miss its deadline waiting"
-    return Waiting(job.job_id, ReasonCode.WAITING_FOR_RESERVATION, f"{why}: {msg}")
+    return Waiting(job.job_id, ReasonCode.WAITING_FOR_RESERVATION, f"to meet its deadline: {msg}")
 
 
 def _reserve_memo(
-    cy: Cycle, key: tuple[object, ...], need: Need, cands: Sequence[Candidate] | None
+    cy: Cycle, key: tuple[object, ...], need: Need, cands: Sequence[Candidate] | None, until_s: float
 ) -> tuple[float, list[TaskPick]] | None:
-    """``reserve`` for ``need`` from the running jobs' ends, with ``cands`` ending now (remembered by ``key``
-    until the state changes)."""
+    """``reserve`` for ``need`` by ``until_s`` from the running jobs' ends, with ``cands`` ending now (remembered
+    by ``key`` until the state changes: a reservation found answers any later ``until_s``, none found any
+    earlier one)."""
     seen = cy.seen
     known = seen.answer(seen.reservation, key)
     if known is not None:
-        return known[0]
+        got, searched = known
+        if got is not None:
+            return got if got[0] <= until_s else None
+        if until_s <= searched:
+            return None
     if cands is None:
-        got = reserve(cy.cap, need, cy.placer, cy.ctx, cy.ends())
+        got = reserve(cy.cap, need, cy.placer, cy.ctx, cy.ends(), until_s=until_s)
     else:
         ids = {c.running.spec.job_id for c in cands}
         ends = [e for e in cy.ends() if e[1].spec.job_id not in ids]
-        got = reserve(cy.cap, need, cy.placer, cy.ctx, ends, [c.running for c in cands], cy.now)
-    seen.answered(seen.reservation, key, (got,))
+        got = reserve(cy.cap, need, cy.placer, cy.ctx, ends, [c.running for c in cands], cy.now, until_s)
+    seen.answered(seen.reservation, key, (got, until_s))
     return got
 
 
