@@ -46,30 +46,6 @@ def at_risk_each(slack_s: NDArray[np.float64], runtime_s: NDArray[np.float64], s
     return (slack_s >= 0.0) & (slack_s <= np.maximum(share * runtime_s, AT_RISK_MIN_S))
 
 
-# A deadline job that needs whole hosts holds a reservation (``stages.deadline_reservation``) within this much of
-# its latest start (or its runtime, if longer): early enough that the hosts it holds can still be freed by then.
-# Chronus MIX1 on 960 GPUs: once at risk (``at_risk``), no host could be made whole in time for its 8- and
-# 16-GPU jobs, as every host ran small strict jobs, one taking the GPUs of another as it ended.
-NEAR_LATEST_START_S = 300.0
-
-
-def whole_hosts(job: JobSpec, host_gpus: int) -> bool:
-    """Whether each task of ``job`` takes a whole host (of ``host_gpus``, the largest): a reservation holds whole
-    hosts, so only such a job holds one besides EASY's."""
-    return job.share is None and job.gpus_per_task >= host_gpus
-
-
-def near_latest_start(slack_s: float, runtime_s: float) -> bool:
-    """A deadline job that still makes it if it starts now, within ``NEAR_LATEST_START_S`` or its runtime of its
-    latest start (``slack_s``: its deadline less now, the launch and its runtime)."""
-    return 0.0 <= slack_s <= max(runtime_s, NEAR_LATEST_START_S)
-
-
-def near_latest_start_each(slack_s: NDArray[np.float64], runtime_s: NDArray[np.float64]) -> NDArray[np.bool_]:
-    """``near_latest_start`` element-wise (the kept queue's cycle)."""
-    return (slack_s >= 0.0) & (slack_s <= np.maximum(runtime_s, NEAR_LATEST_START_S))
-
-
 class Verdict(StrEnum):
     FEASIBLE = "feasible"
     AT_RISK = "at_risk"

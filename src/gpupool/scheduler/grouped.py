@@ -11,7 +11,8 @@ job's fate in a cycle follows its shape, the cycle's state and a few numbers of 
 - with the EASY reservation made, a job expected to end after it starts is kept off its hosts: refused there,
   it waits RESERVED (it fits elsewhere) or for capacity; a job that ends before it is placed as without it;
 - a job that may preempt (one of a higher priority than some preemptible running job, or a deadline job at
-  risk, which may also hold a reservation of its own: ``stages.deadline_reservation``) and an elastic deadline job (its sizes follow its deadline) are decided one by one.
+  risk, which may also hold a reservation of its own: ``stages.deadline_reservation``) and an elastic deadline
+  job (its sizes follow its deadline) are decided one by one.
 
 So the cycle takes the jobs of all shapes in the policy's order (a merge of the groups' next jobs to visit),
 runs each visited job through the stages (``stages.decide``), learns from its outcome what holds for the rest
@@ -42,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.scheduler.cyclestate import UNDIAGNOSED, Ask, Cycle, Wide
-from gpupool.scheduler.deadlines import at_risk_each, near_latest_start_each, whole_hosts
+from gpupool.scheduler.deadlines import at_risk_each
 from gpupool.scheduler.diagnose import diagnose
 from gpupool.scheduler.placement import make_need
 from gpupool.scheduler.refusals import Diagnosis, monotone
@@ -158,14 +159,7 @@ class _Track:
                     visit |= prio > bounds.above
                 if bounds.risk_from is not None:
                     slack = dl - cy.now - sh.launch_latency_s - runtime  # ``stages.at_risk``
-                    near = at_risk_each(slack, runtime, sh.deadline_at_risk)
-                    if (
-                        sh.backfill is not BackfillMode.NONE
-                        and self.n
-                        and whole_hosts(g.jobs[0], cy.cap.index.max_gpus)
-                    ):
-                        near |= near_latest_start_each(slack, runtime)  # it may hold a deadline reservation
-                    visit |= near & (prio >= bounds.risk_from)
+                    visit |= at_risk_each(slack, runtime, sh.deadline_at_risk) & (prio >= bounds.risk_from)
         visit &= adm
         self.always = np.flatnonzero(visit)
         self.adm = np.flatnonzero(adm & ~visit)

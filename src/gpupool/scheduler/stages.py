@@ -20,7 +20,6 @@ from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
 from gpupool.scheduler.backfill import expected_end, reserve
 from gpupool.scheduler.cyclestate import Ask, Cycle, Wide
 from gpupool.scheduler.deadlines import at_risk as deadline_at_risk
-from gpupool.scheduler.deadlines import near_latest_start, whole_hosts
 from gpupool.scheduler.diagnose import diagnose, never_fits
 from gpupool.scheduler.placement import Need, TaskPick, make_need
 from gpupool.scheduler.preemption import Candidate, candidate, find_victims
@@ -446,7 +445,7 @@ def take(cy: Cycle, job: JobSpec, victims: Sequence[Candidate]) -> Waiting:
 def backfill(cy: Cycle, ask: Ask, wide: Wide, asker: Who | None = None) -> Waiting | None:
     """With backfill, a job that waits for capacity gets a reservation of the hosts it could have from the
     earliest expected end on (EASY: the first such job only; conservative: up to ``max_reservations``):
-    it waits WAITING_FOR_RESERVATION. A deadline job near its latest start may hold one besides
+    it waits WAITING_FOR_RESERVATION. A deadline job at risk may hold one besides
     (``deadline_reservation``). None without a reservation. ``asker``: ``who(cy, ask)``."""
     mode, seen = cy.sh.backfill, cy.seen
     if mode is BackfillMode.NONE:
@@ -471,12 +470,11 @@ def backfill(cy: Cycle, ask: Ask, wide: Wide, asker: Who | None = None) -> Waiti
 
 
 def latest_start(cy: Cycle, ask: Ask) -> float | None:
-    """The latest start of a deadline job that needs whole hosts, while it is near it (``deadlines``), else None."""
-    job, dl = ask.job, ask.job.deadline_s
-    if dl is None or not whole_hosts(job, cy.cap.index.max_gpus):
+    """The latest start of a deadline job at risk (``at_risk``), else None."""
+    dl = ask.job.deadline_s
+    if dl is None or not at_risk(cy, ask):
         return None
-    latest = dl - cy.sh.launch_latency_s - ask.runtime_s
-    return latest if near_latest_start(latest - cy.now, ask.runtime_s) else None
+    return dl - cy.sh.launch_latency_s - ask.runtime_s
 
 
 def hold(cy: Cycle, job: JobSpec, start: float, picks: Sequence[TaskPick]) -> str:
@@ -489,15 +487,15 @@ def hold(cy: Cycle, job: JobSpec, start: float, picks: Sequence[TaskPick]) -> st
 
 
 def deadline_reservation(cy: Cycle, ask: Ask, wide: Wide, asker: Who) -> Waiting | None:
-    """A deadline job that needs whole hosts, near its latest start (``latest_start``), holds the hosts (none
-    held by another reservation) that are free soonest, if that is by its latest start: nobody is placed there
-    who would still run then. On a busy cluster of small strict jobs, no host is ever whole otherwise: as one
-    job ends, another takes its GPUs. When waiting for the running jobs' ends is too late, it counts the jobs
-    it could preempt at risk (``candidates``) as ending now, and holds the hosts that frees soonest; once at
-    risk it preempts those there that would still run at the reservation's start (till then they run on).
-    Only while it has candidates (the kept queue's cycle visits such a job one by one: ``grouped._Bounds``).
-    None when nothing frees room by its latest start (it waits as any other job, and admission refuses it
-    once it cannot make it)."""
+    """A deadline job at risk (``latest_start``) holds the hosts (none held by another reservation) that are
+    free soonest, if that is by its latest start: nobody is placed there who would still run then. When
+    waiting for the running jobs' ends is too late (on a busy cluster every host it could take also runs jobs
+    it may not preempt: strict deadline jobs), it counts the jobs it may preempt (``candidates``) as ending
+    now, holds the hosts that frees soonest, and preempts those there that would still run at the
+    reservation's start. A reservation without victims comes first, so that it keeps the hosts it emptied in
+    an earlier cycle. Only while it has candidates (the kept queue's cycle visits such a job one by one:
+    ``grouped._Bounds``). None when nothing frees room by its latest start (it waits as any other job, and
+    admission refuses it once it cannot make it)."""
     job = ask.job
     latest = latest_start(cy, ask)
     assert latest is not None
@@ -515,7 +513,7 @@ def deadline_reservation(cy: Cycle, ask: Ask, wide: Wide, asker: Who) -> Waiting
         got = _reserve_memo(cy, key, need, cands, latest)
         if got is None:
             return None
-        victims = _in_the_way(cy, cands, got[0], got[1]) if asker.at_risk else []
+        victims = _in_the_way(cy, cands, got[0], got[1])
     msg = hold(cy, job, got[0], got[1])
     if victims:
         msg = f"{take(cy, job, victims).message}; {msg}"

@@ -153,14 +153,3 @@ def test_no_deadline_reservation_that_would_start_after_the_latest_start() -> No
     r = go(state, [dl], 80.0, sharing_policy(SchedulerSettings()), policy="srt")
     assert r.preemptions == ()
     assert [(v.job_id, v.start_s) for v in r.reservations] == [("dl", 10_000.0)]  # EASY's, from the estimates
-
-
-def test_a_deadline_job_near_its_latest_start_holds_the_host_before_it_is_at_risk() -> None:
-    """95 s before its latest start (not at risk) it already holds the host from t=100, so no job that would run
-    past then takes the strict job's GPUs as they free; the best-effort job runs on until it is at risk."""
-    state, _ = _strict_beside_best_effort()
-    sh = sharing_policy(SchedulerSettings())
-    dl = make_job("dl", gpus=8, t=9.0, estimated_runtime_s=100.0, deadline_s=205.4)  # latest start 105
-    r = go(state, [dl], 10.0, sh, policy="srt")
-    assert r.preemptions == ()
-    assert [(v.job_id, v.start_s) for v in r.reservations] == [("dl", 100.0)]
