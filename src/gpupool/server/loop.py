@@ -123,6 +123,7 @@ class SchedulingLoop(StoreSync):
         self._dirty = True
         self._db_state: dict[str, JobState] = {}
         self._versions: dict[str, int] = {}
+        self._mark = 0  # set by each rebuild
         self._reasons = StoredReasons()  # the waiting reasons stored last cycle: only changes are written
         self._facts = HeldFacts()  # the GPU grades and labels the state holds
         # Heartbeats' events (``server.live``), handed over by the gateway after their writes committed.
