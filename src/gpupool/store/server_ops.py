@@ -431,7 +431,7 @@ class ServerOps(AgentRegistry):
         """The ranks on hosts (on ``host`` if given; of ``job_ids`` if given): every live allocation row of a
         placed or running job, which agents should run, and every releasing one (``releasing``), which they
         should stop."""
-        # On the DB-API cursor (as ``live_jobs``): the host cache reads every host's ranks once per
+        # On the DB-API cursor (as ``job_changes``): the host cache reads every host's ranks once per
         # ``host_cache_s``, and through the ORM that read cost ~0.2 s at a thousand hosts.
         a, j = AllocationRow.__tablename__, JobRow.__tablename__
         sql = (
