@@ -1,6 +1,6 @@
 """The server's cycle under a long backlog: per-cycle wall and CPU time with 50,000 jobs pending.
 
-    python benchmarks/backlog_cycle.py --hosts 512 --pending 50000 --cycles 200 [--store]
+    python benchmarks/backlog_cycle.py --hosts 512 --pending 50000 --cycles 200 [--store | --db URL]
 
 A rail-optimised SuperPOD of about ``--hosts`` DGX H100 hosts, every GPU busy with running jobs that have
 estimates (so EASY backfill reserves), and ``--pending`` mixed jobs (whole GPUs, gangs of 2-8 hosts, shares;
@@ -12,9 +12,13 @@ cycle places starts at once. ``cycle_ms_*`` time ``run_cycle`` (the schedule and
 state) after one snapshot per cycle (``snapshot_ms_*``). ``reasons_ms_*`` time what the server's loop does with
 the cycle's waiting reasons (``SchedulingLoop._wait``): find those that changed since the last cycle
 (``server.reasons.StoredReasons``; where that module is missing, as on main before it, or with ``--full-diff``,
-the loop's former diff: every reason made and compared with last cycle's dict) and, with ``--store``, write
-them (``ServerOps.set_reason_groups``, else ``set_reasons``) to a SQLite store holding the backlog
-(``write_ms_*`` apart); ``written_mean`` is how many reasons a cycle writes. ``--gc-freeze``: ``gc.freeze()``
+the loop's former diff: every reason made and compared with last cycle's dict) and, with ``--store`` (a new
+SQLite file) or ``--db URL`` (an empty database, e.g. PostgreSQL), write them to a store holding the backlog,
+through the loop's own step where it exists (``StoredReasons.store``: ``ServerOps.write_reasons``), else main's
+(``set_reason_groups`` / ``set_reasons``); ``write_ms_*`` apart. ``written_mean`` is how many jobs' stored
+reasons a cycle writes, ``classes_written_mean`` how many shared reasons (``wait_classes`` rows).
+``total_ms_*``: the cycle plus the reasons step, write included, per cycle (what the loop spends; with
+PostgreSQL the database server's CPU is not in ``*_cpu_ms``). ``--gc-freeze``: ``gc.freeze()``
 after the setup (the collector then skips the backlog's objects). The first cycle (which sorts the backlog into
 the kept queue and writes every reason) is reported apart. Prints one JSON line.
 """
@@ -34,12 +38,13 @@ from contextlib import ExitStack
 import numpy as np
 
 from gpupool.cluster import ClusterState
-from gpupool.domain.events import JobFinished, JobPlaced, JobPreempted, JobStarted, JobSubmitted
+from gpupool.domain.events import JobFinished, JobPlaced, JobStarted, JobSubmitted
 from gpupool.domain.jobs import Allocation, GpuShare, JobSpec, PriorityClass, TaskAllocation
 from gpupool.fabric.generators import superpod
 from gpupool.scheduler.driver import CycleDriver
 from gpupool.scheduler.settings import SchedulerSettings, scheduler_config, sharing_policy
-from gpupool.scheduler.types import Ending, Preemption, Signal, Waiting
+from gpupool.scheduler.types import Waiting
+from gpupool.sim.instant import InstantWorld
 from gpupool.store import Store
 from gpupool.store.server_ops import ServerOps, Submission
 
@@ -88,41 +93,27 @@ def backlog_job(i: int, now: float, rng: np.random.Generator) -> JobSpec:
     return JobSpec(jid, tasks=int(rng.choice([2, 4, 8])), gpus_per_task=8, **common)  # type: ignore[arg-type]
 
 
-class World:
-    """The actuator: decisions take effect in the state at once (placed jobs start)."""
+class _Timed:
+    """``ServerOps`` whose reason writes are timed (``write_s``), or none stored (``ops`` None)."""
 
-    def __init__(self, state: ClusterState) -> None:
-        self.state = state
-        self.placed = 0
+    def __init__(self, ops: ServerOps | None) -> None:
+        self.ops, self.write_s = ops, 0.0
 
-    def end(self, ending: Ending, now_s: float) -> bool:
-        self.state.apply(JobFinished(ending.job_id, now_s, succeeded=False))
-        return True
-
-    def preempt(self, preemption: Preemption, now_s: float) -> bool:
-        self.state.apply(JobPreempted(preemption.job_id, now_s, preemption.reason.value))
-        return True
-
-    def place(self, allocation: Allocation, now_s: float) -> bool:
-        self.state.apply(JobPlaced(allocation, now_s))
-        self.state.apply(JobStarted(allocation.job_id, now_s))
-        self.placed += 1
-        return True
-
-    def signal(self, signal: Signal, now_s: float) -> bool:
-        return True
-
-    def waiting(self, waiting: Sequence[Waiting]) -> None:
-        pass  # timed apart: ``waiting_ms``
+    def write_reasons(self, writes: object, *, fence: object = None) -> None:
+        t = time.perf_counter()
+        if self.ops is not None:
+            self.ops.write_reasons(writes, fence=fence)  # type: ignore[attr-defined,arg-type]
+        self.write_s = time.perf_counter() - t
 
 
 class Reasons:
     """What ``SchedulingLoop._wait`` does with a cycle's waiting jobs: find the changed reasons and store them."""
 
     def __init__(self, ops: ServerOps | None, full_diff: bool) -> None:
-        self.ops, self.write_s = ops, 0.0
+        self.ops, self.write_s, self.classes = ops, 0.0, 0
         self.book = None if full_diff or StoredReasons is None else StoredReasons()
         self.stored: dict[str, tuple[str, str]] = {}
+        self.timed = _Timed(ops)
 
     def _write(self, do: Callable[[], None]) -> None:
         t = time.perf_counter()
@@ -133,7 +124,11 @@ class Reasons:
     def cycle(self, waiting: Sequence[Waiting]) -> int:
         """How many reasons were written."""
         ops = self.ops
-        if self.book is not None:
+        if self.book is not None and hasattr(self.book, "store"):  # the loop's step, as ``SchedulingLoop._wait``
+            compared = self.book.store(waiting, self.timed, None)  # type: ignore[arg-type]
+            self.write_s, self.classes = self.timed.write_s, len(compared.class_changes) + len(compared.dropped)
+            return compared.written
+        if self.book is not None:  # main before wait classes
             compared = self.book.compare(waiting)
             self._write(lambda: ops.set_reason_groups(compared.changes))  # type: ignore[union-attr]
             self.book.keep(compared)
@@ -152,6 +147,15 @@ def submit(ops: ServerOps | None, jobs: list[JobSpec]) -> None:
             refused = [e for e in got if isinstance(e, Exception)]
             if refused:
                 raise SystemExit(f"error: the store refused {len(refused)} jobs: {refused[0]}")
+
+
+def analyze(ops: ServerOps | None) -> None:
+    """PostgreSQL: statistics for the loaded backlog, as autovacuum would gather them (it is off on some
+    servers, this machine's among them): without them the planner scans every pending job's index entry for
+    each reasons statement (a bitmap AND of the state index and the primary key)."""
+    if ops is not None and ops.store._postgres:
+        with ops.store._core_tx(write=True) as conn:
+            conn.exec_driver_sql("ANALYZE jobs")
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -173,12 +177,16 @@ def main(argv: list[str] | None = None) -> int:
         help="gc.freeze() after the setup: the collector then skips the backlog's objects (a long-lived server's choice)",
     )
     ap.add_argument("--store", action="store_true", help="write the changed reasons to a SQLite store of the backlog")
+    ap.add_argument(
+        "--db", default=None, help="write them to this (empty) database instead, e.g. postgresql+psycopg://..."
+    )
     ap.add_argument("--full-diff", action="store_true", help="the loop's former diff of every reason")
     args = ap.parse_args(argv)
     with ExitStack() as stack:
         ops = None
-        if args.store:
-            store = stack.enter_context(Store(f"sqlite:///{stack.enter_context(tempfile.TemporaryDirectory())}/b.db"))
+        if args.store or args.db:
+            url = args.db or f"sqlite:///{stack.enter_context(tempfile.TemporaryDirectory())}/b.db"
+            store = stack.enter_context(Store(url))
             store.migrate()
             store.create_tenant("default", actor="bench")
             ops = ServerOps(store)
@@ -192,17 +200,23 @@ def run(args: argparse.Namespace, ops: ServerOps | None) -> int:
     fill(state, rng)
     backlog = [backlog_job(i, 0.0, rng) for i in range(args.pending)]
     submit(ops, backlog)
+    analyze(ops)
     for job in backlog:
         state.apply(JobSubmitted(job, 0.0))
     del backlog
     handler = Reasons(ops, args.full_diff)
     s = SchedulerSettings()
-    driver, sharing, world = CycleDriver(scheduler_config(s), s.usage_half_life_s), sharing_policy(s), World(state)
+    driver, sharing, world = (
+        CycleDriver(scheduler_config(s), s.usage_half_life_s),
+        sharing_policy(s),
+        InstantWorld(state),
+    )
     setup_s = time.perf_counter() - t0
     if args.gc_freeze:
         gc.freeze()
     now, made = 0.0, args.pending
     wall, cpu, snaps, waits, waits_cpu, writes, written, pending = [], [], [], [], [], [], [], []
+    totals, totals_cpu, classes = [], [], []
     first: tuple[float, float, float] | None = None
     reasons: Counter[str] = Counter()
     for c in range(args.cycles + 1):
@@ -225,6 +239,9 @@ def run(args: argparse.Namespace, ops: ServerOps | None) -> int:
             waits_cpu.append(wait_cpu)
             writes.append(handler.write_s)
             written.append(wrote)
+            classes.append(handler.classes)
+            totals.append(w + wait_s)
+            totals_cpu.append(u + wait_cpu)
             pending.append(len(snap.pending))
         if c == args.cycles:
             reasons = Counter(x.reason.value for x in run.result.waiting)
@@ -244,11 +261,15 @@ def run(args: argparse.Namespace, ops: ServerOps | None) -> int:
         "cycle_ms_p50": pct(wall, 50), "cycle_ms_p99": pct(wall, 99), "cycle_ms_max": pct(wall, 100),
         "cycle_cpu_ms_p50": pct(cpu, 50), "cycle_cpu_ms_p99": pct(cpu, 99),
         "snapshot_ms_p50": pct(snaps, 50), "snapshot_ms_p99": pct(snaps, 99),
-        "reasons": "full_diff" if handler.book is None else "changed", "store": args.store,
+        "total_ms_p50": pct(totals, 50), "total_ms_p99": pct(totals, 99), "total_ms_max": pct(totals, 100),
+        "total_cpu_ms_p50": pct(totals_cpu, 50), "total_cpu_ms_p99": pct(totals_cpu, 99),
+        "reasons": "full_diff" if handler.book is None else "changed",
+        "store": (args.db or "sqlite").split(":")[0] if args.store or args.db else False,
         "reasons_ms_p50": pct(waits, 50), "reasons_ms_p99": pct(waits, 99),
         "reasons_cpu_ms_p50": pct(waits_cpu, 50), "reasons_cpu_ms_p99": pct(waits_cpu, 99),
         "write_ms_p50": pct(writes, 50), "write_ms_p99": pct(writes, 99),
         "written_mean": round(float(np.mean(written)), 1), "written_max": max(written),
+        "classes_written_mean": round(float(np.mean(classes)), 1), "classes_written_max": max(classes),
         "first_cycle_ms": round(first[0] * 1000, 1), "first_cycle_cpu_ms": round(first[1] * 1000, 1),
         "first_reasons_ms": round(first[2] * 1000, 1),
         "kept_queue": driver.queue is not None, "gc_freeze": args.gc_freeze, "last_reasons": dict(reasons.most_common()),

@@ -386,7 +386,7 @@ def _group_waits(
         if stop is not None and cut < t.n:
             labels[cut:] = label(stop[1], stop[2])
         labels[t.placed_at] = -1
-        out.append(GroupWaits(t.g.shape, t.g.ids, labels, tuple(table)))
+        out.append(GroupWaits(t.g.shape, t.g.ids, labels, tuple(table), t.runtime))
     return tuple(out)
 
 

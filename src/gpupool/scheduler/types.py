@@ -336,12 +336,16 @@ class GroupWaits:
     """One shape group's waiting reasons after a cycle over the kept queue: ``labels[i]`` indexes ``table``
     for ``ids[i]`` (-1: placed, not waiting). ``ids`` is the view's tuple, the same object from cycle to cycle
     while nobody entered or left the group, so a caller that stored the last cycle's reasons compares two
-    label arrays instead of 50,000 reasons (``server.reasons``). ``table`` holds each (reason, message) once."""
+    label arrays instead of 50,000 reasons (``server.reasons``). ``table`` holds each (reason, message) once.
+    ``runtime[i]``: the runtime the cycle expected of ``ids[i]`` (None: not computed): jobs of one shape and
+    runtime wait for the same reason unless one of their own (a deadline, a visit), so a store can keep that
+    reason once for all of them."""
 
     key: tuple[object, ...]  # the group's shape
     ids: tuple[str, ...]
     labels: npt.NDArray[np.int32]
     table: tuple[tuple[ReasonCode, str], ...]
+    runtime: npt.NDArray[np.float64] | None = None
 
 
 class Waits(Sequence[Waiting]):

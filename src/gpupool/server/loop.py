@@ -2,7 +2,7 @@
 
 One background thread owns the ``ClusterState`` (it is not thread-safe). Request handlers on any replica only
 write the store and wake the loop; each cycle the leader reads the (id, state, version) of the jobs whose state
-or version changed since its last read (the database's change counter, migration 0014) and folds them into its
+or version changed since its last read (the database's change counter, migration 0015) and folds them into its
 state, so submissions and reports reaching a standby are seen too (jobs this process's
 group commit stored come with their specs, so only other replicas' new jobs are read whole). A placement is
 applied to the state first (the next decision sees it at once), then written in one short transaction; a
@@ -439,9 +439,7 @@ class SchedulingLoop(StoreSync):
 
     def _wait(self, waiting: Sequence[Waiting]) -> None:
         """Store the reasons that changed since the last cycle (``server.reasons``)."""
-        compared = self._reasons.compare(waiting)
-        self._ops.set_reason_groups(compared.changes, fence=self._fence)
-        self._reasons.keep(compared)
+        self._reasons.store(waiting, self._ops, self._fence)
 
     # -- live events -------------------------------------------------------------------------------------------
     def _requeue_bad(self, state: ClusterState, now: float) -> None:

@@ -42,13 +42,16 @@ def job_record(row: JobRow) -> JobRecord:
         state = JobState(row.state)
     except ValueError:
         raise ParseError(f"stored state {row.state!r} is not a job state", source=source) from None
+    code, reason = row.reason_code, row.reason
+    if row.wait_class is not None and state is JobState.PENDING and row.class_code is not None:
+        code, reason = row.class_code, row.class_reason or ""  # the shared reason it points at (``WaitClassRow``)
     return JobRecord(
         spec=spec_from_json(row.spec, source=f"{source} (spec)"),
         state=state,
         version=row.version,
         idempotency_key=row.idempotency_key,
-        reason_code=row.reason_code,
-        reason=row.reason,
+        reason_code=code,
+        reason=reason,
         created_s=row.created_s,
         updated_s=row.updated_s,
         attempt=row.attempt or 0,
@@ -216,7 +219,7 @@ class JobsMixin(StoreBase):
             s.execute(
                 update(JobRow)
                 .where(JobRow.id == job_id, JobRow.state == JobState.PENDING.value)
-                .values(reason_code=reason_code, reason=reason)
+                .values(reason_code=reason_code, reason=reason, wait_class=None)
             )
 
     def transition_job(
@@ -373,6 +376,7 @@ class JobsMixin(StoreBase):
                 version=row.version + 1,
                 reason_code=reason_code,
                 reason=reason,
+                wait_class=None,
                 updated_s=now,
                 **({} if attempt is None else {"attempt": attempt}),
             )

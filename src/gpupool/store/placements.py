@@ -189,6 +189,7 @@ class PlacementRows:
                 version=bindparam("new_version"),
                 reason_code="",
                 reason="",
+                wait_class=None,
                 updated_s=bindparam("now"),
                 attempt=bindparam("attempt"),
             ),

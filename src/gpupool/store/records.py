@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.domain.calendar import Calendar
@@ -136,3 +137,17 @@ class LoadedState:
     nodes: tuple[NodeRecord, ...]
     fabric: StoredFabric | None
     releasing: tuple[Allocation, ...] = ()  # per job, its ranks releasing GPUs (their processes not yet gone)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitWrites:
+    """One cycle's changes to the stored waiting reasons (``ServerOps.write_reasons``): shared reasons by class
+    id (``WaitClassRow``) to store or delete, the jobs that now point at a class, and the jobs that now wait for
+    a (reason code, message) of their own. ``prune``: delete every stored class first (a new loop's first write,
+    which points every waiting job anew: the classes a former leader stored are then garbage)."""
+
+    classes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    joined: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    own: Mapping[tuple[str, str], Sequence[str]] = field(default_factory=dict)
+    dropped: Sequence[str] = ()
+    prune: bool = False

@@ -21,8 +21,9 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    select,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, column_property, mapped_column
 
 # Deterministic constraint names: Alembic's batch mode on SQLite and the model/migration comparison need them.
 NAMING = {
@@ -66,6 +67,17 @@ class QuotaRow(Base):
     cohort: Mapped[str] = mapped_column(String(128), default="")
 
 
+class WaitClassRow(Base):
+    """One waiting reason shared by the pending jobs that point at it (migration 0014): the scheduling loop
+    stores one per shape and expected runtime, so a reason that changes for a whole shape (the EASY reservation
+    came, went or moved) is one row written, not one per job. Advisory, as a job's own reason."""
+
+    __tablename__ = "wait_classes"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    reason_code: Mapped[str] = mapped_column(String(64), default="")
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
 class JobRow(Base):
     __tablename__ = "jobs"
     __table_args__ = (
@@ -75,7 +87,7 @@ class JobRow(Base):
         Index("ix_jobs_tenant_submit", "tenant", "submit_time_s"),
         Index("ix_jobs_submit_id", "submit_time_s", "id"),
         Index("ix_jobs_pool_submit", "pool", "submit_time_s"),  # migration 0013
-        Index("ix_jobs_change_seq", "change_seq"),  # migration 0014
+        Index("ix_jobs_change_seq", "change_seq"),  # migration 0015
     )
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
     tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"))
@@ -98,7 +110,23 @@ class JobRow(Base):
     submitted_by: Mapped[str] = mapped_column(String(128), default="", server_default="")  # the token, for accounting
     # Its GPU demand in thousandths (``JobSpec.gpu_milli``, migration 0013): the jobs list sorts by it.
     gpu_milli: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    # When its state or version last changed (migration 0014): set by the database's triggers on every write,
+    # The shared reason a pending job waits for (migration 0014; ``WaitClassRow``): when set, it is the job's
+    # reason, not ``reason_code``/``reason``. Cleared whenever the job's own reason is set. NULL: its own.
+    wait_class: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Read with every job (a primary-key lookup each), so no reader of a job's reason needs to know the class.
+    class_code: Mapped[str | None] = column_property(
+        select(WaitClassRow.reason_code)
+        .where(WaitClassRow.id == wait_class)
+        .correlate_except(WaitClassRow)
+        .scalar_subquery()
+    )
+    class_reason: Mapped[str | None] = column_property(
+        select(WaitClassRow.reason)
+        .where(WaitClassRow.id == wait_class)
+        .correlate_except(WaitClassRow)
+        .scalar_subquery()
+    )
+    # When its state or version last changed (migration 0015): set by the database's triggers on every write,
     # never by this code; the scheduling loop reads the jobs changed since its last cycle by it.
     change_seq: Mapped[int] = mapped_column(BigInteger, server_default="0")
 

@@ -9,7 +9,6 @@ rows on the shared metadata, created by migration 0002.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -35,8 +34,17 @@ from gpupool.store.codec import spec_to_json
 from gpupool.store.fencing import Fence
 from gpupool.store.jobs import MAX_KEY, job_record
 from gpupool.store.launches import LaunchInputs, read_launch_inputs
-from gpupool.store.records import JobRecord
-from gpupool.store.rows import AgentRow, AllocationRow, AuditRow, FabricRow, JobCommandRow, JobRow, TenantRow
+from gpupool.store.records import JobRecord, WaitWrites
+from gpupool.store.rows import (
+    AgentRow,
+    AllocationRow,
+    AuditRow,
+    FabricRow,
+    JobCommandRow,
+    JobRow,
+    TenantRow,
+    WaitClassRow,
+)
 from gpupool.store.store import Store
 
 _ROWS_PER_INSERT = 1000  # 17 columns x 1,000 rows: well under PostgreSQL's 65,535 parameters a statement
@@ -352,7 +360,7 @@ class ServerOps(AgentRegistry):
             return self._mark_now(cur)
 
     def _mark_now(self, cur: Any) -> int:
-        # Migration 0014: PostgreSQL stamps a row with its writer's transaction id, and every transaction below
+        # Migration 0015: PostgreSQL stamps a row with its writer's transaction id, and every transaction below
         # the oldest still running is over; SQLite's writers are serialized, so the counter's order is commits'.
         if self.store.concurrent_writes:  # PostgreSQL
             cur.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
@@ -397,34 +405,41 @@ class ServerOps(AgentRegistry):
                 out.extend(job_record(r) for r in s.scalars(select(JobRow).where(JobRow.id.in_(chunk))))
         return out
 
-    def set_reasons(self, reasons: Mapping[str, tuple[str, str]], *, fence: Fence | None = None) -> None:
-        """Why each pending job waits, all in one transaction (advisory: neither versioned nor audited);
-        ``fence``: the scheduling loop's lease, checked first."""
-        by_reason: dict[tuple[str, str], list[str]] = defaultdict(list)
-        for job_id, reason in reasons.items():
-            by_reason[reason].append(job_id)
-        self.set_reason_groups(by_reason, fence=fence)
-
-    def set_reason_groups(
-        self, by_reason: Mapping[tuple[str, str], Sequence[str]], *, fence: Fence | None = None
-    ) -> None:
-        """``set_reasons`` with the jobs already grouped by their (reason code, message), as the scheduling loop
-        finds what changed (``server.reasons``)."""
-        if not any(by_reason.values()):
+    def write_reasons(self, writes: WaitWrites, *, fence: Fence | None = None) -> None:
+        """Why pending jobs wait, all in one transaction (advisory: neither versioned nor audited): the shared
+        reasons (``WaitClassRow``) first, then which jobs point at them, then the jobs' own reasons; ``fence``:
+        the scheduling loop's lease, checked first."""
+        if not (
+            writes.classes or writes.dropped or writes.prune or any(writes.joined.values()) or any(writes.own.values())
+        ):
             return
-        # One statement per distinct reason and up to 500 jobs: thousands queued behind full nodes share a few
-        # reasons, and a statement each (parsed and planned by PostgreSQL) cost more than the rows it changed.
-        m = self._mark
-        pending = JobState.PENDING.value
-        # On the DB-API cursor, as the group commit.
+        m, t, pending = self._mark, JobRow.__tablename__, JobState.PENDING.value
+        # On the DB-API cursor, as the group commit. One statement per distinct reason (or class) and up to 500
+        # jobs: thousands queued behind full nodes share a few reasons, and a statement each (parsed and planned
+        # by PostgreSQL) cost more than the rows it changed.
         with self.store._core_tx(write=True, fence=fence) as conn, closing(conn.connection.cursor()) as cur:
-            for (code, text), job_ids in by_reason.items():
+            if writes.prune:
+                cur.execute(f"DELETE FROM {WaitClassRow.__tablename__}")
+            if writes.classes:
+                cur.executemany(
+                    f"INSERT INTO {WaitClassRow.__tablename__} (id, reason_code, reason) VALUES ({m}, {m}, {m})"
+                    " ON CONFLICT (id) DO UPDATE SET reason_code = excluded.reason_code, reason = excluded.reason",
+                    [(cid, code, text) for cid, (code, text) in writes.classes.items()],
+                )
+            for start in range(0, len(writes.dropped), 500):
+                chunk = list(writes.dropped[start : start + 500])
+                cur.execute(f"DELETE FROM {WaitClassRow.__tablename__} WHERE id IN {self._in(len(chunk))}", chunk)
+            sets: list[tuple[str, list[str], Sequence[str]]]
+            sets = [(f"wait_class = {m}", [cid], jobs) for cid, jobs in writes.joined.items()]
+            sets += [
+                (f"reason_code = {m}, reason = {m}, wait_class = NULL", [*r], jobs) for r, jobs in writes.own.items()
+            ]
+            for assign, values, job_ids in sets:
                 for start in range(0, len(job_ids), 500):
-                    chunk = job_ids[start : start + 500]
+                    chunk = list(job_ids[start : start + 500])
                     cur.execute(
-                        f"UPDATE {JobRow.__tablename__} SET reason_code = {m}, reason = {m}"
-                        f" WHERE state = {m} AND id IN {self._in(len(chunk))}",
-                        [code, text, pending, *chunk],
+                        f"UPDATE {t} SET {assign} WHERE state = {m} AND id IN {self._in(len(chunk))}",
+                        [*values, pending, *chunk],
                     )
 
     def assignments(self, host: str | None = None, job_ids: Sequence[str] | None = None) -> list[Assignment]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from server_api_helpers import Api, Clock, make_api
-from sqlalchemy import delete
+from sqlalchemy import delete, select
 
-from gpupool.store.rows import AllocationRow
+from gpupool.store.rows import AllocationRow, JobRow
 
 JOB = {"command": ["python", "-c", "print('hi')"], "tasks": 1, "gpus_per_task": 2}
 
@@ -195,6 +195,33 @@ def test_a_drained_node_gets_no_new_work(api: Api) -> None:
     assert why["state"] == "pending" and why["reason_code"] != "" and why["reason"] != ""
     api.client.post("/v1/nodes/gpu-01/undrain", headers=api.admin())
     assert api.srv.loop.run_cycle().placed == 1
+
+
+def test_the_loop_stores_a_shape_s_waiting_reason_once_and_the_api_shows_it_per_job(api: Api) -> None:
+    """Jobs of one shape and runtime that wait alike point at one stored class (``server.reasons``); each
+    job's reason reads the same through GET /v1/jobs/{id}, the jobs list and /why as if stored per job."""
+    alice = api.tenant("alice")
+    api.register("gpu-01")
+    body = {**JOB, "gpus_per_task": 8}
+    ids = [api.client.post("/v1/jobs", json=body, headers=alice).json()["job"]["id"] for _ in range(4)]
+    assert api.srv.loop.run_cycle().placed == 1
+    waiting = [j for j in ids if api.srv.store.get_job(j).state.value == "pending"]
+    with api.srv.store._tx(write=False) as s:
+        stored = dict(s.execute(select(JobRow.id, JobRow.wait_class).where(JobRow.id.in_(waiting))).all())
+    assert len(waiting) == 3 and len(set(stored.values())) == 1 and None not in stored.values()
+    listed = {j["id"]: j for j in api.client.get("/v1/jobs", headers=alice).json()["jobs"]}
+    seen = set()
+    for job_id in waiting:
+        one = api.client.get(f"/v1/jobs/{job_id}", headers=alice).json()
+        why = api.client.get(f"/v1/jobs/{job_id}/why", headers=alice).json()
+        assert one["reason_code"] not in ("", None) and one["reason"] != ""
+        assert (one["reason_code"], one["reason"]) == (listed[job_id]["reason_code"], listed[job_id]["reason"])
+        assert (why["reason_code"], why["reason"]) == (one["reason_code"], one["reason"])
+        seen.add((one["reason_code"], one["reason"]))
+    assert len(seen) == 1
+    # The placed job shows no waiting reason.
+    (placed,) = set(ids) - set(waiting)
+    assert api.client.get(f"/v1/jobs/{placed}", headers=alice).json()["reason_code"] == ""
 
 
 def test_a_tenant_over_its_quota_waits_with_quota_exceeded(api: Api) -> None:

@@ -12,6 +12,7 @@ from gpupool.domain.jobs import JobSpec
 from gpupool.domain.states import JobState
 from gpupool.server.loop import coalescing_gap
 from gpupool.server.submits import SubmitWriter
+from gpupool.store.records import WaitWrites
 from gpupool.store.server_ops import Submission
 
 
@@ -120,13 +121,44 @@ def test_waiting_reasons_are_written_per_job_in_few_statements(api: Api) -> None
     api.tenant("alice")
     api.srv.ops.submit_many([sub(f"w{i:04d}") for i in range(1200)])
     reasons = {f"w{i:04d}": ("no_capacity", f"needs {1 + i % 2} GPUs") for i in range(1200)}
-    api.srv.ops.set_reasons(reasons)
+    api.srv.ops.write_reasons(
+        WaitWrites(own={r: [j for j, x in reasons.items() if x == r] for r in set(reasons.values())})
+    )
     for job_id in ("w0000", "w0001", "w0600", "w1199"):
         rec = api.srv.store.get_job(job_id)
         assert (rec.reason_code, rec.reason) == reasons[job_id]
     # Only a pending job's reason is written: one that left the queue meanwhile keeps its own.
     rec = api.srv.store.get_job("w0002")
     api.srv.store.transition_job("w0002", rec.version, JobState.CANCELLED, "cancelled", "test")
-    api.srv.ops.set_reasons({"w0002": ("other", "changed"), "w0003": ("other", "changed")})
+    api.srv.ops.write_reasons(WaitWrites(own={("other", "changed"): ["w0002", "w0003"]}))
     assert api.srv.store.get_job("w0002").reason_code != "other"
     assert api.srv.store.get_job("w0003").reason_code == "other"
+
+
+def test_a_shared_waiting_reason_is_each_pending_job_s_reason_in_the_api(api: Api) -> None:
+    """Jobs pointing at a wait class read its reason (GET /v1/jobs/{id}, the jobs list); rewriting the class
+    changes all of them at once; a job's own reason, or leaving the queue, takes it off the class."""
+    api.tenant("alice")
+    api.srv.ops.submit_many([sub(f"c{i}") for i in range(4)])
+    ops, ids = api.srv.ops, ["c0", "c1", "c2", "c3"]
+    ops.write_reasons(WaitWrites(classes={"k1": ("no_capacity", "full")}, joined={"k1": ids}))
+
+    def reasons() -> dict[str, tuple[str, str]]:
+        listed = api.client.get("/v1/jobs", headers=api.admin()).json()["jobs"]
+        return {j["id"]: (j["reason_code"], j["reason"]) for j in listed}
+
+    assert reasons() == dict.fromkeys(ids, ("no_capacity", "full"))
+    ops.write_reasons(WaitWrites(classes={"k1": ("reserved", "fits now, but")}, own={("topology", "own"): ["c3"]}))
+    got = api.client.get("/v1/jobs/c0", headers=api.admin()).json()
+    assert (got["reason_code"], got["reason"]) == ("reserved", "fits now, but")
+    assert reasons() == {**dict.fromkeys(ids[:3], ("reserved", "fits now, but")), "c3": ("topology", "own")}
+    rec = api.srv.store.get_job("c1")
+    api.srv.store.transition_job("c1", rec.version, JobState.CANCELLED, "cancelled", "test")
+    ops.write_reasons(WaitWrites(dropped=["k1"]))
+    assert api.srv.store.get_job("c1").reason == "cancelled"
+    assert api.srv.store.get_job("c0").reason_code == ""  # its class is gone: its own (none)
+    # A new loop's first write prunes the classes stored before (another leader's) and points its jobs anew.
+    ops.write_reasons(WaitWrites(classes={"k1": ("no_capacity", "old")}, joined={"k1": ["c0"]}))
+    ops.write_reasons(WaitWrites(classes={"k2": ("no_capacity", "new")}, joined={"k2": ["c2"]}, prune=True))
+    assert api.srv.store.get_job("c0").reason_code == ""
+    assert api.srv.store.get_job("c2").reason == "new"

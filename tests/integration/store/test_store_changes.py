@@ -1,4 +1,4 @@
-"""The jobs' change feed the scheduling loop syncs from (migration 0014, ``ServerOps.job_changes``): every insert
+"""The jobs' change feed the scheduling loop syncs from (migration 0015, ``ServerOps.job_changes``): every insert
 and every change of a job's state or version is read once the writer has committed, whichever process wrote
 it, including a transaction that began before the reader took its mark and committed after its read (on
 PostgreSQL transaction ids are handed out in start order, not commit order); advisory writes (the waiting
@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from gpupool.domain.jobs import JobSpec
 from gpupool.domain.states import JobState
 from gpupool.store import Store
+from gpupool.store.records import WaitWrites
 from gpupool.store.server_ops import ServerOps, Submission
 
 Spec = Callable[..., JobSpec]
@@ -36,7 +37,10 @@ def test_inserts_and_state_changes_are_read_once_committed_and_reasons_are_not(
     changes, mark = ops.job_changes(mark)
     assert _ids(changes) == ["j1", "j2"] and {c.state for c in changes} == {JobState.PENDING}
     assert ops.job_changes(mark)[0] == []  # nothing since
-    ops.set_reasons({"j1": ("RESOURCES", "waits for 8 GPUs")})  # advisory: not a change the loop acts on
+    # Advisory: neither a shared reason nor a job's own is a change the loop acts on.
+    ops.write_reasons(
+        WaitWrites(classes={"c1": ("RESOURCES", "waits")}, joined={"c1": ["j1"]}, own={("RESOURCES", "8 GPUs"): ["j2"]})
+    )
     assert ops.job_changes(mark)[0] == []
     # Another process (its own engine and store) cancels j2: the next read has it, with its new version.
     other = Store(db_url)

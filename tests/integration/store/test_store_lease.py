@@ -15,6 +15,7 @@ from gpupool.domain.jobs import Allocation, JobSpec, TaskAllocation
 from gpupool.domain.states import JobState, NodeState
 from gpupool.store import ServerOps, Store
 from gpupool.store.fencing import Fence
+from gpupool.store.records import WaitWrites
 from procs import until
 
 Spec = Callable[..., JobSpec]
@@ -77,7 +78,7 @@ def test_every_loop_write_under_a_stale_token_is_refused_and_stores_nothing(stor
         lambda: store.release_allocation("a", placed.version, "s", reason="preempted", fence=old),
         lambda: store.transition_job("b", b.version, JobState.CANCELLED, "x", "s", fence=old),
         lambda: store.transition_node("h1", NodeState.LOST, "no heartbeat", "s", fence=old),
-        lambda: ops.set_reasons({"b": ("no_capacity", "full")}, fence=old),
+        lambda: ops.write_reasons(WaitWrites(own={("no_capacity", "full"): ["b"]}), fence=old),
     ]
     for write in refused:
         with pytest.raises(StaleLeaderError, match="no longer old-leader's"):
@@ -92,7 +93,7 @@ def test_every_loop_write_under_a_stale_token_is_refused_and_stores_nothing(stor
     assert sorted(e.data["leader_token"] for e in placed_events) == [old.token, new.token]
     # A fence naming the right token but another holder is no better.
     with pytest.raises(StaleLeaderError):
-        ops.set_reasons({"x": ("a", "b")}, fence=Fence("default", "someone-else", new.token))
+        ops.write_reasons(WaitWrites(classes={"x": ("a", "b")}), fence=Fence("default", "someone-else", new.token))
 
 
 def test_postgres_a_takeover_waits_for_a_fenced_write_in_flight(store: Store, make_spec: Spec) -> None:

@@ -150,13 +150,13 @@ def test_0013_gives_stored_jobs_their_gpu_demand_from_their_specs(db_url: str) -
         engine.dispose()
 
 
-def test_0014_jobs_stored_before_it_have_their_later_changes_read_and_it_downgrades(db_url: str) -> None:
-    """A job stored before 0014 (change_seq 0) is read by the change feed once its state changes after; down to
-    0013 the triggers go with the column (a job's update still works there), and up again the schema matches."""
+def test_0015_jobs_stored_before_it_have_their_later_changes_read_and_it_downgrades(db_url: str) -> None:
+    """A job stored before 0015 (change_seq 0) is read by the change feed once its state changes after; down to
+    0014 the triggers go with the column (a job's update still works there), and up again the schema matches."""
     engine = make_engine(db_url)
     store = None
     try:
-        migrate(engine, "0013")
+        migrate(engine, "0014")
         with engine.begin() as conn:
             conn.execute(sa.text("INSERT INTO tenants (name, weight, created_s) VALUES ('acme', 1.0, 0)"))
             conn.execute(
@@ -180,7 +180,7 @@ def test_0014_jobs_stored_before_it_have_their_later_changes_read_and_it_downgra
         with engine.begin() as conn:
             cfg = alembic_config()
             cfg.attributes["connection"] = conn
-            command.downgrade(cfg, "0013")
+            command.downgrade(cfg, "0014")
         with engine.begin() as conn:
             conn.execute(sa.text("UPDATE jobs SET version = 3 WHERE id = 'old'"))
         assert "change_seq" not in {c["name"] for c in sa.inspect(engine).get_columns("jobs")}

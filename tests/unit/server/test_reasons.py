@@ -1,5 +1,7 @@
-"""The waiting reasons the loop writes (``server.reasons``): exactly what comparing every job's reason with the
-last cycle's writes (today's full diff, kept here as the reference), whether the cycle had groups or not."""
+"""The waiting reasons the loop writes (``server.reasons``): after each write, every waiting job reads back the
+reason the cycle gave it (its own, or the shared class it points at), whether the cycle had groups or not; only
+jobs whose reason changed (the full diff, kept here as the reference) or that move between a class and a reason
+of their own are written; a whole shape changing reason is one class written, no job."""
 
 from __future__ import annotations
 
@@ -10,16 +12,48 @@ import numpy as np
 import pytest
 
 from gpupool.cluster import ClusterState
-from gpupool.domain.events import JobCancelled, JobFinished, JobPlaced, JobPreempted, JobStarted, JobSubmitted
-from gpupool.domain.jobs import Allocation, JobSpec, PriorityClass
+from gpupool.domain.events import JobCancelled, JobFinished, JobPreempted, JobSubmitted
+from gpupool.domain.jobs import JobSpec, PriorityClass
 from gpupool.fabric.generators import leaf_spine
 from gpupool.scheduler.driver import CycleDriver
 from gpupool.scheduler.settings import SchedulerSettings, scheduler_config, sharing_policy
-from gpupool.scheduler.types import Ending, GroupWaits, Preemption, ReasonCode, Signal, Waiting, Waits
-from gpupool.server.reasons import Changes, StoredReasons
+from gpupool.scheduler.types import GroupWaits, ReasonCode, Waiting, Waits
+from gpupool.server.reasons import Compared, Joined, Reason, StoredReasons
+from gpupool.server.reasons import Stored as Token
+from gpupool.sim.instant import InstantWorld
 
 Stored = dict[str, tuple[str, str]]
 T = TypeVar("T")
+
+
+class _Db:
+    """What ``ServerOps.write_reasons`` leaves stored, in memory: per job its own reason or its class."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, Token] = {}
+        self.classes: dict[str, Reason] = {}
+
+    def apply(self, compared: Compared) -> set[str]:
+        """Store the writes; the jobs written."""
+        w = compared.writes()
+        if w.prune:
+            self.classes.clear()
+        self.classes.update(w.classes)
+        for cid in w.dropped:
+            del self.classes[cid]
+        written: list[str] = []
+        for cid, jobs in w.joined.items():
+            self.jobs.update(dict.fromkeys(jobs, Joined(cid)))
+            written += jobs
+        for reason, jobs in w.own.items():
+            self.jobs.update(dict.fromkeys(jobs, reason))
+            written += jobs
+        assert len(written) == len(set(written)) == compared.written  # no job twice
+        return set(written)
+
+    def reason(self, job_id: str) -> Reason | None:
+        got = self.jobs.get(job_id)
+        return self.classes.get(got.class_id) if isinstance(got, Joined) else got
 
 
 class _Rng:
@@ -46,42 +80,6 @@ def _full_diff(stored: Stored, waiting: Sequence[Waiting]) -> tuple[Stored, Stor
     write, what is stored after)."""
     reasons = {w.job_id: (w.reason.value, w.message) for w in waiting}
     return {j: r for j, r in reasons.items() if stored.get(j) != r}, reasons
-
-
-def _flat(changes: Changes) -> Stored:
-    out = {j: r for r, jobs in changes.items() for j in jobs}
-    assert len(out) == sum(len(jobs) for jobs in changes.values())  # no job twice
-    return out
-
-
-class _World:
-    """Decisions take effect at once, but a placement is now and then refused (as the server's store may):
-    the job stays in its group, and waits again next cycle."""
-
-    def __init__(self, state: ClusterState, rng: _Rng) -> None:
-        self.state, self.rng = state, rng
-        self.left: Sequence[Waiting] = ()
-
-    def end(self, ending: Ending, now_s: float) -> bool:
-        self.state.apply(JobFinished(ending.job_id, now_s, succeeded=False))
-        return True
-
-    def preempt(self, preemption: Preemption, now_s: float) -> bool:
-        self.state.apply(JobPreempted(preemption.job_id, now_s, preemption.reason.value))
-        return True
-
-    def place(self, allocation: Allocation, now_s: float) -> bool:
-        if self.rng.random() < 0.2:
-            return False
-        self.state.apply(JobPlaced(allocation, now_s))
-        self.state.apply(JobStarted(allocation.job_id, now_s))
-        return True
-
-    def signal(self, signal: Signal, now_s: float) -> bool:
-        return True
-
-    def waiting(self, waiting: Sequence[Waiting]) -> None:
-        self.left = waiting
 
 
 def _job(rng: _Rng, n: int, now: float) -> JobSpec:
@@ -111,14 +109,14 @@ def test_the_written_reasons_are_those_of_the_full_diff_over_random_cycles(seed:
     driver, sharing, world = (
         CycleDriver(scheduler_config(s), s.usage_half_life_s),
         sharing_policy(s),
-        _World(state, rng),
+        InstantWorld(state, refuse=lambda: rng.random() < 0.2),  # refused as the server's store may: waits again
     )
     n, now = 0, 0.0
     for _ in range(80):
         state.apply(JobSubmitted(_job(rng, n, now), now))
         n += 1
-    book, stored = StoredReasons(), {}
-    grouped = by_label = 0
+    book, stored, db = StoredReasons(), {}, _Db()
+    grouped = by_label = joined = 0
     for _ in range(25):
         snap = state.snapshot()
         # Now and then a queue the driver does not keep (a new tuple): the cycle goes job by job.
@@ -129,9 +127,15 @@ def test_the_written_reasons_are_those_of_the_full_diff_over_random_cycles(seed:
             grouped += 1
         want, after = _full_diff(stored, waiting)
         compared = book.compare(waiting)
-        assert _flat(compared.changes) == want
+        before = dict(db.jobs)
         by_label += len(want) < len(waiting)
         if rng.random() < 0.9:  # else the write failed: nothing is kept, the next cycle compares with the old
+            written = db.apply(compared)
+            assert {w.job_id: db.reason(w.job_id) for w in waiting} == after
+            # A job is written when its reason changed, or when it moves between a class and its own reason.
+            for j in written - set(want):
+                assert isinstance(before.get(j), Joined) != isinstance(db.jobs[j], Joined) or before.get(j) is None
+            joined += sum(isinstance(t, Joined) for t in db.jobs.values())
             book.keep(compared)
             stored = after
         now += rng.choice([1.0, 5.0, 5.0, 30.0])
@@ -149,56 +153,75 @@ def test_the_written_reasons_are_those_of_the_full_diff_over_random_cycles(seed:
             n += 1
     assert grouped >= 5  # the by-group path was taken
     assert by_label >= 1
+    assert joined > 0  # jobs were stored by class
 
 
-def _group(key: str, ids: tuple[str, ...], labels: list[int], *table: tuple[ReasonCode, str]) -> GroupWaits:
-    return GroupWaits((key,), ids, np.array(labels, dtype=np.int32), table)
+def _group(
+    key: str,
+    ids: tuple[str, ...],
+    labels: list[int],
+    *table: tuple[ReasonCode, str],
+    runtime: list[float] | None = None,
+) -> GroupWaits:
+    rt = None if runtime is None else np.array(runtime, dtype=np.float64)
+    return GroupWaits((key,), ids, np.array(labels, dtype=np.int32), table, rt)
 
 
 def _waits(*groups: GroupWaits) -> Waits:
     return Waits(count=sum(int((g.labels >= 0).sum()) for g in groups), make=lambda: (), groups=lambda: groups)
 
 
-NC, RES = ReasonCode.NO_CAPACITY, ReasonCode.RESERVED
+NC, RES, LATE = ReasonCode.NO_CAPACITY, ReasonCode.RESERVED, ReasonCode.DEADLINE_INFEASIBLE
+
+
+def _cycle(book: StoredReasons, db: _Db, waiting: Sequence[Waiting] | Waits) -> set[str]:
+    """Compare, write and keep; the jobs written. Every waiting job then reads back its reason."""
+    compared = book.compare(waiting)
+    written = db.apply(compared)
+    book.keep(compared)
+    assert {w.job_id: db.reason(w.job_id) for w in waiting} == {w.job_id: (w.reason.value, w.message) for w in waiting}
+    return written
+
+
+def test_a_whole_shape_changing_reason_writes_its_classes_and_no_job() -> None:
+    book, db, ids, rt = StoredReasons(), _Db(), ("a", "b", "c", "d", "e"), [300.0, 300.0, 300.0, 600.0, 300.0]
+    # e cannot meet its deadline: a reason of its own; the others wait for their class's.
+    assert _cycle(book, db, _waits(_group("x", ids, [0, 0, 0, 0, 1], (NC, "full"), (LATE, "e's"), runtime=rt))) == {
+        *ids
+    }
+    assert len(db.classes) == 2 and not isinstance(db.jobs["e"], Joined)
+    # The EASY reservation came: every job that fits now waits RESERVED, one message per runtime.
+    table = ((RES, "its 300 s"), (RES, "its 600 s"), (LATE, "e's"))
+    assert not _cycle(book, db, _waits(_group("x", ids, [0, 0, 0, 1, 2], *table, runtime=rt)))
+    # It went; a was placed.
+    assert not _cycle(book, db, _waits(_group("x", ids, [-1, 0, 0, 0, 1], (NC, "full"), (LATE, "e's"), runtime=rt)))
+    assert db.reason("a") == ("no_capacity", "full")  # its write is the placement's, not the loop's
 
 
 def test_a_group_with_the_same_members_writes_only_the_jobs_whose_reason_changed() -> None:
-    book = StoredReasons()
-    ids = ("a", "b", "c", "d")
-    first = book.compare(_waits(_group("x", ids, [0, 0, 1, -1], (NC, "full"), (RES, "t=10"))))
-    assert _flat(first.changes) == {
-        "a": ("no_capacity", "full"),
-        "b": ("no_capacity", "full"),
-        "c": ("reserved", "t=10"),
-    }
-    book.keep(first)
+    book, db, ids = StoredReasons(), _Db(), ("a", "b", "c", "d")
+    assert _cycle(book, db, _waits(_group("x", ids, [0, 0, 1, -1], (NC, "full"), (RES, "t=10")))) == {"a", "b", "c"}
     # The table in another order, c's message changed, d (placed last cycle, its write refused: not stored)
     # waits now.
-    second = book.compare(_waits(_group("x", ids, [1, 1, 0, 0], (RES, "t=15"), (NC, "full"))))
-    assert dict(second.changes) == {("reserved", "t=15"): ["c", "d"]}
-    book.keep(second)
-    assert not book.compare(_waits(_group("x", tuple(ids), [1, 1, 0, 0], (RES, "t=15"), (NC, "full")))).changes
+    assert _cycle(book, db, _waits(_group("x", ids, [1, 1, 0, 0], (RES, "t=15"), (NC, "full")))) == {"c", "d"}
+    assert not _cycle(book, db, _waits(_group("x", tuple(ids), [1, 1, 0, 0], (RES, "t=15"), (NC, "full"))))
 
 
 def test_a_job_that_moved_between_groups_is_compared_with_what_was_stored_for_it() -> None:
-    book = StoredReasons()
-    book.keep(book.compare(_waits(_group("x", ("a", "b"), [0, 0], (NC, "full")), _group("y", ("c",), [0], (NC, "y")))))
-    # b moved from x to y with the same reason; y's c kept its reason; x lost b.
-    got = book.compare(
-        _waits(_group("x", ("a",), [0], (NC, "full")), _group("y", ("b", "c"), [0, 1], (NC, "full"), (NC, "y")))
-    )
-    assert not got.changes
-    book.keep(got)
-    # Without groups (job by job) from groups, and back.
-    flat = book.compare((Waiting("a", NC, "full"), Waiting("b", RES, "t=1")))
-    assert _flat(flat.changes) == {"b": ("reserved", "t=1")}
-    book.keep(flat)
-    back = book.compare(_waits(_group("x", ("a", "b"), [0, 1], (NC, "full"), (RES, "t=2"))))
-    assert _flat(back.changes) == {"b": ("reserved", "t=2")}
+    book, db = StoredReasons(), _Db()
+    _cycle(book, db, _waits(_group("x", ("a", "b"), [0, 0], (NC, "full")), _group("y", ("c", "d"), [0, 0], (NC, "y"))))
+    # b moved from x to y, with y's reason: it points at y's class now; the others are as stored.
+    assert _cycle(
+        book, db, _waits(_group("x", ("a",), [0], (NC, "full")), _group("y", ("b", "c", "d"), [0] * 3, (NC, "y")))
+    ) == {"b"}
+    # Without groups (job by job) from groups: only b's reason changed; a keeps its class.
+    assert _cycle(book, db, (Waiting("a", NC, "full"), Waiting("b", RES, "t=1"))) == {"b"}
+    assert isinstance(db.jobs["a"], Joined)
+    assert _cycle(book, db, _waits(_group("x", ("a", "b"), [0, 1], (NC, "full"), (RES, "t=2")))) == {"b"}
 
 
 def test_what_is_not_kept_is_compared_again() -> None:
     book = StoredReasons()
     w = _waits(_group("x", ("a",), [0], (NC, "full")))
-    assert _flat(book.compare(w).changes) == {"a": ("no_capacity", "full")}
-    assert _flat(book.compare(w).changes) == {"a": ("no_capacity", "full")}  # the write failed: asked again
+    assert book.compare(w).written == 1
+    assert book.compare(w).written == 1  # the write failed: asked again
