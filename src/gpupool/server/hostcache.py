@@ -148,9 +148,10 @@ class HostCache:
             if fresh_enough and not jobs:
                 assert snap is not None
                 return snap  # another thread reloaded while this one waited
+            touched: set[str] | None = None  # a patch can change only the hosts of the jobs it read again
             if fresh_enough:
                 assert snap is not None
-                fresh = self._patch(snap, jobs)
+                fresh, touched = self._patch(snap, jobs)
             else:
                 fresh = self._load(generation, now)
             with self._lock:
@@ -159,7 +160,7 @@ class HostCache:
                     self.patches += 1
                 else:
                     self.loads += 1
-            self._on_changed(_changed_hosts(old, fresh))
+            self._on_changed(_changed_hosts(old, fresh, touched))
             return fresh
 
     def _load(self, generation: int, now: float) -> _Snapshot:
@@ -174,8 +175,9 @@ class HostCache:
         assignments = {h: tuple(v) for h, v in by_host.items()}
         return _Snapshot(generation, now, nodes, assignments, hashes, commands, _job_hosts(assignments))
 
-    def _patch(self, snap: _Snapshot, jobs: set[str]) -> _Snapshot:
-        """``snap`` with the assignments of ``jobs`` read again (one query); the rest, and its age, kept."""
+    def _patch(self, snap: _Snapshot, jobs: set[str]) -> tuple[_Snapshot, set[str]]:
+        """``snap`` with the assignments of ``jobs`` read again (one query); the rest, and its age, kept. With the
+        hosts those jobs were or are on: no other host's assignments or commands differ."""
         rows: dict[str, list[Assignment]] = {}
         ordered = sorted(jobs)
         for at in range(0, len(ordered), _PATCH_CHUNK):
@@ -195,7 +197,7 @@ class HostCache:
                 assignments.pop(host, None)
             for a in rows.get(host, ()):
                 job_hosts[a.job_id] = job_hosts.get(a.job_id, frozenset()) | {host}
-        return dataclasses.replace(snap, assignments=assignments, job_hosts=job_hosts)
+        return dataclasses.replace(snap, assignments=assignments, job_hosts=job_hosts), touched
 
     # -- node tokens -------------------------------------------------------------------------------------------
     def token_check(self, host: str, token: str) -> tuple[bool, str | None]:
@@ -228,13 +230,15 @@ def _job_hosts(assignments: dict[str, tuple[Assignment, ...]]) -> dict[str, froz
     return {j: frozenset(h) for j, h in out.items()}
 
 
-def _changed_hosts(old: _Snapshot | None, new: _Snapshot) -> set[str]:
-    """Hosts whose assignments or stored commands differ between two snapshots (all of ``new``'s if no old)."""
+def _changed_hosts(old: _Snapshot | None, new: _Snapshot, among: set[str] | None = None) -> set[str]:
+    """Hosts whose assignments or stored commands differ between two snapshots (all of ``new``'s if no old);
+    ``among``: the only hosts that can differ (a patch's), so the others are not compared."""
     out = set()
     for field in ("assignments", "commands"):
         before: dict[str, tuple[object, ...]] = {} if old is None else getattr(old, field)
         after: dict[str, tuple[object, ...]] = getattr(new, field)
-        out |= {h for h in before.keys() | after.keys() if before.get(h) != after.get(h)}
+        hosts = before.keys() | after.keys() if among is None else among
+        out |= {h for h in hosts if before.get(h) != after.get(h)}
     return out
 
 

@@ -1,8 +1,9 @@
 """The scheduling loop: sync from the store, snapshot, ``schedule()``, then assume -> persist -> actuate.
 
 One background thread owns the ``ClusterState`` (it is not thread-safe). Request handlers on any replica only
-write the store and wake the loop; each cycle the leader reads the live jobs' (id, state, version) and folds
-what changed into its state, so submissions and reports reaching a standby are seen too (jobs this process's
+write the store and wake the loop; each cycle the leader reads the (id, state, version) of the jobs whose state
+or version changed since its last read (the database's change counter, migration 0015) and folds them into its
+state, so submissions and reports reaching a standby are seen too (jobs this process's
 group commit stored come with their specs, so only other replicas' new jobs are read whole). A placement is
 applied to the state first (the next decision sees it at once), then written in one short transaction; a
 refused write marks the state dirty and the next cycle rebuilds it from the store. Agents learn of new work
@@ -123,6 +124,7 @@ class SchedulingLoop(StoreSync):
         self._dirty = True
         self._db_state: dict[str, JobState] = {}
         self._versions: dict[str, int] = {}
+        self._mark = 0  # set by each rebuild
         self._reasons = StoredReasons()  # the waiting reasons stored last cycle: only changes are written
         self._facts = HeldFacts()  # the GPU grades and labels the state holds
         # Heartbeats' events (``server.live``), handed over by the gateway after their writes committed.

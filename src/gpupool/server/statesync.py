@@ -33,9 +33,12 @@ from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.journal import NoJournal
 from gpupool.server.live import HeldFacts, LiveInbox
 from gpupool.store import JobRecord, LoadedState, NodeRecord, Store
-from gpupool.store.server_ops import ServerOps
+from gpupool.store.server_ops import LiveJob, ServerOps
 
 log = logging.getLogger("gpupool.server.loop")
+
+_PLACED = (JobState.PLACED, JobState.RUNNING)
+_LIVE = (JobState.PENDING, *_PLACED)
 
 
 class StoreSync:
@@ -48,6 +51,7 @@ class StoreSync:
     _dirty: bool
     _db_state: dict[str, JobState]
     _versions: dict[str, int]
+    _mark: int  # where the next read of the jobs' changes starts (``ServerOps.job_changes``)
     _facts: HeldFacts
     _driver: CycleDriver
     _journal: NoJournal
@@ -62,6 +66,7 @@ class StoreSync:
         # Taken before the store is read: an event put from here on is pending for the next cycle's drain,
         # and one put before is in ``telemetry`` (or, a durable fact, in the store), so none is lost or doubled.
         telemetry = self.live.restart()
+        mark = self._ops.change_mark()  # before the read: a job changed meanwhile is read again by the next sync
         loaded = self._store.load_state()
         state = self._journal.new_state(fabric)
         fold_stored(state, loaded, fabric, self._clock())
@@ -76,54 +81,64 @@ class StoreSync:
         self._key = key
         self._db_state = {j.job_id: j.state for j in loaded.jobs}
         self._versions = {j.job_id: j.version for j in loaded.jobs}
+        self._mark = mark
         self._dirty = False
 
     def _sync(self, nodes: Sequence[NodeRecord]) -> bool:
-        """Fold changes other writers made into the state; False when only a rebuild can explain them."""
+        """Fold changes other writers made into the state; False when only a rebuild can explain them.
+
+        Only the jobs whose state or version changed since the last read are read (``ServerOps.job_changes``,
+        the database's own change counter): the loop's own writes come back too and agree with what it holds."""
         state = self._state
         assert state is not None
-        # Taken before the read: every hint was committed before it, so a hinted job missing from ``live``
-        # has already left the queue and its hint can go.
+        # Taken before the read: every hint was committed before it, so a hinted job the read does not show as
+        # pending has already left the queue (or was folded in earlier) and its hint can go.
         with self._fresh_lock:
             fresh, self._fresh = self._fresh, {}
-        live = {j.job_id: j for j in self._ops.live_jobs()}
-        new = [j for j, lj in live.items() if j not in self._db_state and lj.state is JobState.PENDING]
-        if any(j not in self._db_state and lj.state is not JobState.PENDING for j, lj in live.items()):
-            return False
+        changes, mark = self._ops.job_changes(self._mark)
+        db = self._db_state
+        if any(c.job_id not in db and c.state in _PLACED for c in changes):
+            return False  # placed by another writer (a former leader): only the whole store explains it
+        new = [c.job_id for c in changes if c.job_id not in db and c.state is JobState.PENDING]
         now = self._clock()
         try:
             read = {r.job_id: r for r in self._ops.specs([j for j in new if j not in fresh])}
             for job_id in new:
                 rec = fresh.get(job_id) or read[job_id]
                 state.apply(JobSubmitted(rec.spec, rec.created_s))
-            gone = [j for j in self._db_state if j not in live]
-            finals = self._ops.job_states(gone) if gone else {}
-            for job_id, old in list(self._db_state.items()):
-                lj = live.get(job_id)
-                if lj is None:
-                    final = finals.get(job_id, JobState.CANCELLED)
-                    learns = old is JobState.RUNNING and final is JobState.FINISHED
-                    self._end(state, job_id, final, now, learns)
-                    del self._db_state[job_id]
-                    self._versions.pop(job_id, None)
-                    continue
-                if lj.state is not old:
-                    if old is JobState.PLACED and lj.state is JobState.RUNNING:
-                        state.apply(JobStarted(job_id, now))
-                    elif old in (JobState.PLACED, JobState.RUNNING) and lj.state is JobState.PENDING:
-                        state.apply(JobPreempted(job_id, now, "requeued"))
-                    else:
-                        return False
-            for job_id in new:
-                self._db_state[job_id] = JobState.PENDING
-            for job_id, lj in live.items():
-                self._db_state[job_id] = lj.state
-                self._versions[job_id] = lj.version
+                db[job_id] = JobState.PENDING
+            if not self._fold_changes(state, changes, now):
+                return False
             self._sync_releasing(state, now)
             self._sync_nodes(state, now, nodes)
         except GpupoolError as e:
             log.info("state sync needs a rebuild: %s", e)
             return False
+        self._mark = mark
+        return True
+
+    def _fold_changes(self, state: ClusterState, changes: Sequence[LiveJob], now: float) -> bool:
+        """Each known job's new state: ended (it left the live set, with how it ended), started, requeued."""
+        db = self._db_state
+        for c in changes:
+            old = db.get(c.job_id)
+            if old is None:
+                continue  # ended before this loop ever saw it live
+            if c.state not in _LIVE:
+                learns = old is JobState.RUNNING and c.state is JobState.FINISHED
+                self._end(state, c.job_id, c.state, now, learns)
+                del db[c.job_id]
+                self._versions.pop(c.job_id, None)
+                continue
+            if c.state is not old:
+                if old is JobState.PLACED and c.state is JobState.RUNNING:
+                    state.apply(JobStarted(c.job_id, now))
+                elif old in _PLACED and c.state is JobState.PENDING:
+                    state.apply(JobPreempted(c.job_id, now, "requeued"))
+                else:
+                    return False
+            db[c.job_id] = c.state
+            self._versions[c.job_id] = c.version
         return True
 
     def _sync_releasing(self, state: ClusterState, now: float) -> None:

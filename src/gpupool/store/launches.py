@@ -4,7 +4,7 @@ A launch names the job's whole current allocation (hosts, ranks, world size), it
 and the address of rank 0's agent (MASTER_ADDR). Read one job at a time that was four transactions per rank
 (allocations, job, command, the agent's whole registration with its inventory); a cycle placing hundreds of
 jobs rang hundreds of hosts at once and their polls spent most of their time in these reads. Here they are
-four statements in one read transaction for every job of a poll, on the DB-API cursor (as ``live_jobs``).
+four statements in one read transaction for every job of a poll, on the DB-API cursor (as ``job_changes``).
 """
 
 from __future__ import annotations

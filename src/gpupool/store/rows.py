@@ -87,6 +87,7 @@ class JobRow(Base):
         Index("ix_jobs_tenant_submit", "tenant", "submit_time_s"),
         Index("ix_jobs_submit_id", "submit_time_s", "id"),
         Index("ix_jobs_pool_submit", "pool", "submit_time_s"),  # migration 0013
+        Index("ix_jobs_change_seq", "change_seq"),  # migration 0015
     )
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
     tenant: Mapped[str] = mapped_column(ForeignKey("tenants.name"))
@@ -125,6 +126,9 @@ class JobRow(Base):
         .correlate_except(WaitClassRow)
         .scalar_subquery()
     )
+    # When its state or version last changed (migration 0015): set by the database's triggers on every write,
+    # never by this code; the scheduling loop reads the jobs changed since its last cycle by it.
+    change_seq: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class JobAttemptRow(Base):

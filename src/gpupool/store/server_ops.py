@@ -92,7 +92,7 @@ class Submission:
 
 @dataclass(frozen=True, slots=True)
 class LiveJob:
-    """A live job as the scheduling loop syncs it: cheap columns only, the spec is read when first seen."""
+    """A job as the scheduling loop syncs it: cheap columns only, the spec is read when first seen."""
 
     job_id: str
     state: JobState
@@ -353,22 +353,38 @@ class ServerOps(AgentRegistry):
         with self.store._core_tx(write=False) as conn, closing(conn.connection.cursor()) as cur:
             return read_launch_inputs(cur, self._mark, job_ids)
 
-    def live_jobs(self) -> list[LiveJob]:
-        """Every pending, placed or running job's id, state and version: the loop's per-cycle sync.
+    def change_mark(self) -> int:
+        """Where a read of the jobs' changes starts so that it misses nothing committed from now on (the loop's
+        rebuild takes it before it reads the store, so a change made meanwhile is read again, not lost)."""
+        with self.store._core_tx(write=False) as conn, closing(conn.connection.cursor()) as cur:
+            return self._mark_now(cur)
 
-        Read on the DB-API cursor (like the group commit): with thousands queued this runs every cycle, and
-        SQLAlchemy's result rows cost several times the driver's own fetch.
+    def _mark_now(self, cur: Any) -> int:
+        # Migration 0015: PostgreSQL stamps a row with its writer's transaction id, and every transaction below
+        # the oldest still running is over; SQLite's writers are serialized, so the counter's order is commits'.
+        if self.store.concurrent_writes:  # PostgreSQL
+            cur.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+        else:
+            cur.execute(f"SELECT COALESCE(MAX(change_seq), 0) + 1 FROM {JobRow.__tablename__}")
+        return int(cur.fetchone()[0])
+
+    def job_changes(self, since: int) -> tuple[list[LiveJob], int]:
+        """Every job whose state or version changed at or after mark ``since`` (live or not: an ended job is
+        read with how it ended), in submission order, and the mark to read from next. A change may be read
+        twice (a later read compares it with what it knows); none committed after ``since`` is missed.
+
+        Read on the DB-API cursor (like the group commit): it runs every cycle.
         """
-        live = (JobState.PENDING.value, JobState.PLACED.value, JobState.RUNNING.value)
         sql = (
-            f"SELECT id, state, version FROM {JobRow.__tablename__} WHERE state IN {self._in(len(live))}"
+            f"SELECT id, state, version FROM {JobRow.__tablename__} WHERE change_seq >= {self._mark}"
             " ORDER BY submit_time_s, id"
         )
         states = {st.value: st for st in JobState}
         with self.store._core_tx(write=False) as conn, closing(conn.connection.cursor()) as cur:
-            cur.execute(sql, live)
+            mark = self._mark_now(cur)  # first: whatever commits after it is in this read or the next
+            cur.execute(sql, (since,))
             rows = cur.fetchall()
-        return [LiveJob(i, states[st], v) for i, st, v in rows]
+        return [LiveJob(i, states[st], v) for i, st, v in rows if st in states], mark
 
     def job_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         """The stored state of each of ``job_ids`` that is stored (one read per 500, on the DB-API cursor)."""
@@ -430,7 +446,7 @@ class ServerOps(AgentRegistry):
         """The ranks on hosts (on ``host`` if given; of ``job_ids`` if given): every live allocation row of a
         placed or running job, which agents should run, and every releasing one (``releasing``), which they
         should stop."""
-        # On the DB-API cursor (as ``live_jobs``): the host cache reads every host's ranks once per
+        # On the DB-API cursor (as ``job_changes``): the host cache reads every host's ranks once per
         # ``host_cache_s``, and through the ORM that read cost ~0.2 s at a thousand hosts.
         a, j = AllocationRow.__tablename__, JobRow.__tablename__
         sql = (

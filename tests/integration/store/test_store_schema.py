@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
+from alembic import command
 from alembic.script import ScriptDirectory
 
 from gpupool.store import Store
 from gpupool.store.engine import alembic_config, make_engine, migrate, schema_drift
 from gpupool.store.rows import Base
+from gpupool.store.server_ops import ServerOps
 
 HEAD = ScriptDirectory.from_config(alembic_config()).get_current_head()  # one head: the chain is linear
 
@@ -145,4 +147,46 @@ def test_0013_gives_stored_jobs_their_gpu_demand_from_their_specs(db_url: str) -
         assert got == {"whole": 8000, "share": 750, "broken": 0}
         assert "ix_jobs_pool_submit" in {i["name"] for i in sa.inspect(engine).get_indexes("jobs")}
     finally:
+        engine.dispose()
+
+
+def test_0015_jobs_stored_before_it_have_their_later_changes_read_and_it_downgrades(db_url: str) -> None:
+    """A job stored before 0015 (change_seq 0) is read by the change feed once its state changes after; down to
+    0014 the triggers go with the column (a job's update still works there), and up again the schema matches."""
+    engine = make_engine(db_url)
+    store = None
+    try:
+        migrate(engine, "0014")
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO tenants (name, weight, created_s) VALUES ('acme', 1.0, 0)"))
+            conn.execute(
+                sa.text(
+                    "INSERT INTO jobs (id, tenant, pool, name, priority, state, submit_time_s, spec, version,"
+                    " reason_code, reason, created_s, updated_s, attempt, submitted_by)"
+                    " VALUES ('old', 'acme', 'default', '', 2, 'pending', 1.0, '{}', 1, '', '', 1.0, 1.0, 0, '')"
+                )
+            )
+        migrate(engine)
+        assert schema_drift(engine) == []
+        store = Store(db_url)
+        ops = ServerOps(store)
+        mark = ops.change_mark()
+        assert ops.job_changes(mark)[0] == []
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE jobs SET state = 'cancelled', version = 2 WHERE id = 'old'"))
+        assert [(c.job_id, c.version) for c in ops.job_changes(mark)[0]] == [("old", 2)]
+        store.close()
+        store = None
+        with engine.begin() as conn:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0014")
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE jobs SET version = 3 WHERE id = 'old'"))
+        assert "change_seq" not in {c["name"] for c in sa.inspect(engine).get_columns("jobs")}
+        migrate(engine)
+        assert schema_drift(engine) == []
+    finally:
+        if store is not None:
+            store.close()
         engine.dispose()
