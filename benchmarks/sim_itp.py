@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gittins-window", type=int, default=GittinsConfig().max_samples)
     ap.add_argument("--gittins-cohort-s", nargs="+", type=float, default=[GittinsConfig().cohort_window_s])
     ap.add_argument("--gittins-survivors", action="store_true", help="cohort_min counts survivors too")
+    ap.add_argument("--gittins-batch-gap-s", nargs="+", type=float, default=[GittinsConfig().batch_gap_s])
+    ap.add_argument("--gittins-batch-weight", type=float, default=GittinsConfig().batch_weight)
+    ap.add_argument("--gittins-batch-floor", action=argparse.BooleanOptionalAction, default=GittinsConfig().batch_floor)
     ap.add_argument("--jobs", type=int, default=0, help="the first N jobs only (0: all)")
     ap.add_argument("--gpus", type=int, default=16)
     ap.add_argument("--gpus-per-host", type=int, default=8)
@@ -84,20 +87,24 @@ def main(argv: list[str] | None = None) -> int:
     keys = ("jobs", "finished", "avg_jct_s", "lb_avg_jct_s", "avg_jct_over_lb", "preemptions",
             "gpu_hours_lost_to_preemption")  # fmt: skip
     arms = [
-        (policy, thresholds, lost, quantum, cohort)
+        (policy, thresholds, lost, quantum, cohort, gap)
         for policy in args.policies
         for thresholds in (limits if policy == "las" else limits[:1])
         for lost in (args.max_lost_s if by_service else [None])
         for quantum in (args.gittins_quantum if policy in GITTINS else [None])
         for cohort in (args.gittins_cohort_s if policy in GITTINS else [None])
+        for gap in (args.gittins_batch_gap_s if policy in GITTINS else [None])
     ]
-    for policy, thresholds, lost, quantum, cohort in arms:
+    for policy, thresholds, lost, quantum, cohort, gap in arms:
         gittins = GittinsConfig(
             min_quantum_gpu_s=quantum or 0.0,
             min_group_samples=args.gittins_min_group,
             max_samples=args.gittins_window,
             cohort_window_s=cohort or 0.0,
             cohort_counts_survivors=args.gittins_survivors,
+            batch_gap_s=gap or 0.0,
+            batch_weight=args.gittins_batch_weight,
+            batch_floor=args.gittins_batch_floor,
         )
         settings = SchedulerSettings(
             policy=policy,
@@ -120,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
                 "gittins_window": args.gittins_window,
                 "gittins_cohort_s": cohort,
                 "gittins_survivors": args.gittins_survivors,
+                "gittins_batch_gap_s": gap,
+                "gittins_batch_weight": args.gittins_batch_weight,
+                "gittins_batch_floor": args.gittins_batch_floor,
             }
             if policy in GITTINS
             else {"las_thresholds_gpu_s": list(thresholds)}

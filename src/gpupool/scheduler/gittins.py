@@ -71,6 +71,18 @@ class GittinsConfig:
     # any of them finishes (Kaplan-Meier with no event puts them at twice the longest service seen).
     cohort_counts_survivors: bool = False
     cohort_pooled_weight: float = 5.0
+    # Batches: jobs of one GPU count submitted within ``batch_gap_s`` of the one before (a chain: a sweep or a
+    # job array, submitted in a few seconds) need near the same service (ITP: half of such batches span under
+    # 2% between their shortest and longest job). Once ``batch_min`` jobs of a batch finished, its other jobs
+    # are ranked against the batch (Kaplan-Meier, its running jobs censored) weighing as at least
+    # ``batch_weight`` completions, mixed with the prior and the whole history; before that, as without.
+    batch_gap_s: float = 0.0  # 0: off
+    batch_min: int = 1
+    batch_weight: float = 30.0
+    # Before any completion, a batch's job is ranked knowing it needs more than the most service a running
+    # job of its batch had so far (its siblings outlived that): the batch's leader goes on, the others wait,
+    # instead of each being probed in turn.
+    batch_floor: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +114,14 @@ class _Dist:
         o = np.argsort(x, kind="stable")
         return _Dist(x[o], w[o])
 
-    def index(self, a: float, quantum: float) -> float:
-        """G(a) per GPU-second over quanta of at least ``quantum``; beyond every sample, 1 / (2a): the tail
-        is assumed as long again."""
-        i = int(np.searchsorted(self.x, a, side="right"))
+    def index(self, a: float, quantum: float, floor: float = 0.0) -> float:
+        """G(a) per GPU-second over quanta of at least ``quantum``, knowing that the job needs more than
+        ``floor`` (a sibling in its batch outlived it; else its own ``a``); beyond every sample, 1 / (2a):
+        the tail is assumed as long again."""
+        i = int(np.searchsorted(self.x, max(a, floor), side="right"))
         x, w = self.x[i:], self.w[i:]
         if x.size == 0 or float(w.sum()) <= 0:
-            return 1.0 / (2.0 * max(a, 1.0))
+            return 1.0 / (2.0 * max(a, floor, 1.0))
         cw = np.cumsum(w)  # weight finished by each candidate end b = x[k]
         cwx = np.cumsum(w * (x - a))  # their service past a
         rest = cw[-1] - cw  # weight still running at b, each having had b - a
@@ -126,20 +139,23 @@ class _Dist:
 class ServiceHistory:
     """Completed jobs' GPU-service per GPU-count group. Immutable once built; indices are memoised."""
 
-    __slots__ = ("_dists", "_memo", "_submits", "_values", "config", "counts")
+    __slots__ = ("_dists", "_gpus", "_memo", "_submits", "_values", "config", "counts")
 
     def __init__(
         self,
         samples: Mapping[int, Iterable[float]],
         config: GittinsConfig | None = None,
-        cohorts: Iterable[tuple[float, float]] = (),
+        cohorts: Iterable[tuple[float, ...]] = (),
     ) -> None:
-        """``samples``: GPU count -> services; ``cohorts``: (submit time, service) of every completion, for
-        ``cohort_window_s``."""
+        """``samples``: GPU count -> services; ``cohorts``: (submit time, service[, GPU count]) of every
+        completion, for ``cohort_window_s`` and ``batch_gap_s`` (a completion without its GPU count is in
+        no batch)."""
         self.config = cfg = config or GittinsConfig()
-        pairs = sorted(cohorts) if cfg.cohort_window_s > 0 else []
-        self._submits = np.asarray([p[0] for p in pairs], dtype=np.float64)
-        self._values = np.asarray([p[1] for p in pairs], dtype=np.float64)
+        keep = cfg.cohort_window_s > 0 or cfg.batch_gap_s > 0
+        triples = sorted(_with_gpus(c) for c in cohorts) if keep else []
+        self._submits = np.asarray([p[0] for p in triples], dtype=np.float64)
+        self._values = np.asarray([p[1] for p in triples], dtype=np.float64)
+        self._gpus = np.asarray([p[2] for p in triples], dtype=np.int64)
         groups = {g: np.asarray(list(v), dtype=np.float64)[-cfg.max_samples :] for g, v in samples.items()}
         pooled = [v for g, v in groups.items() if g != ALL]
         if ALL not in groups:
@@ -160,6 +176,10 @@ class ServiceHistory:
         """The group whose distribution a job of ``gpus`` GPUs is ranked against."""
         return gpus if gpus in self._dists else ALL
 
+    def dist(self, gpus: int) -> _Dist:
+        """The distribution a job of ``gpus`` GPUs is ranked against without a cohort or batch."""
+        return self._dists[self.group(gpus)]
+
     def index(self, gpus: int, attained_gpu_s: float) -> float:
         key = (self.group(gpus), attained_gpu_s)
         got = self._memo.get(key)
@@ -167,9 +187,10 @@ class ServiceHistory:
             got = self._memo[key] = self._dists[key[0]].index(max(0.0, attained_gpu_s), self.config.min_quantum_gpu_s)
         return got
 
-    def view(self, alive: Iterable[tuple[float, float]]) -> GittinsView:
-        """One cycle's ranking: ``alive`` holds (submit time, service so far) of the jobs still in the system."""
-        return GittinsView(self, list(alive))
+    def view(self, alive: Iterable[tuple[float, ...]]) -> GittinsView:
+        """One cycle's ranking: ``alive`` holds (submit time, service so far[, GPU count]) of the jobs still in
+        the system."""
+        return GittinsView(self, [_with_gpus(a) for a in alive])
 
     def cohort_dist(self, bucket: int, alive_submits: FloatArray, alive_service: FloatArray) -> _Dist | None:
         cfg = self.config
@@ -181,8 +202,20 @@ class ServiceHistory:
         cens = alive_service[inside]
         if hi - lo + (len(cens) if cfg.cohort_counts_survivors else 0) < cfg.cohort_min:
             return None
-        done = self._values[lo:hi]
-        # Kaplan-Meier: at each finished value, the survivors' share falls by the finished / at risk.
+        return self._censored_dist(self._values[lo:hi], cens, 1.0)
+
+    def batch_dist(self, done: FloatArray, cens: FloatArray) -> _Dist | None:
+        """A batch's distribution from its ``done`` services and its running jobs' ``cens`` (see ``batch_gap_s``)."""
+        if len(done) < max(self.config.batch_min, 1):
+            return None
+        n = len(done) + len(cens)
+        return self._censored_dist(done, cens, max(1.0, self.config.batch_weight / n))
+
+    def _censored_dist(self, done: FloatArray, cens: FloatArray, scale: float) -> _Dist:
+        """Kaplan-Meier of ``done`` (events) and ``cens`` (still running at that service), each sample weighing
+        ``scale``, mixed with the whole history (``cohort_pooled_weight``) and the prior."""
+        cfg = self.config
+        # At each finished value, the survivors' share falls by the finished / at risk.
         times = np.concatenate([done, cens])
         is_event = np.concatenate([np.ones(len(done), dtype=bool), np.zeros(len(cens), dtype=bool)])
         o = np.lexsort((~is_event, times))  # at a tie, the event first (a censored job outlived it)
@@ -196,39 +229,124 @@ class ServiceHistory:
         if left > 1e-9:  # beyond the last event: as long again as the longest seen
             vals = np.append(vals, 2.0 * float(times.max()))
             mass = np.append(mass, left)
-        n = float(len(times))
+        n = float(len(times)) * scale
         return _Dist.of(vals, cfg, mass * n, self._values, cfg.cohort_pooled_weight)
+
+    def batch_ids(self, gpus: int, alive_submits: FloatArray) -> tuple[FloatArray, npt.NDArray[np.int64]]:
+        """Of the submit times of ``gpus``-GPU jobs, finished (``self``) and ``alive_submits``: the merged
+        sorted times and each one's batch (chains of gaps up to ``batch_gap_s``)."""
+        merged = np.sort(np.concatenate([self._submits[self._gpus == gpus], alive_submits]))
+        ids = np.concatenate([[0], np.cumsum(np.diff(merged) > self.config.batch_gap_s)]).astype(np.int64)
+        return merged, ids
+
+    def batch_done(
+        self, gpus: int, merged: FloatArray, ids: npt.NDArray[np.int64]
+    ) -> tuple[FloatArray, npt.NDArray[np.int64]]:
+        """The services of the finished ``gpus``-GPU jobs and their batches."""
+        mine = self._gpus == gpus
+        return self._values[mine], ids[np.searchsorted(merged, self._submits[mine], side="left")]
+
+
+def _with_gpus(sample: tuple[float, ...]) -> tuple[float, float, int]:
+    """(submit time, service, GPU count); 0 GPUs (in no batch) where the caller gave no count."""
+    return (float(sample[0]), float(sample[1]), int(sample[2]) if len(sample) > 2 else 0)
+
+
+@dataclass(slots=True)
+class _Batches:
+    """One GPU count's batches in a cycle: every known submit time (finished and alive) and its batch, the
+    finished jobs' services and the alive ones' services by batch, and each batch's distribution once built."""
+
+    merged: FloatArray
+    ids: npt.NDArray[np.int64]
+    done: FloatArray
+    done_ids: npt.NDArray[np.int64]
+    alive: FloatArray
+    alive_ids: npt.NDArray[np.int64]
+    dists: dict[int, _Dist | None] = field(default_factory=dict)
+    floors: dict[int, float] = field(default_factory=dict)
+
+    def of(self, submit_s: float, gap_s: float) -> int | None:
+        """The batch of a job submitted at ``submit_s`` (the one it chains onto), or None."""
+        pos = int(np.searchsorted(self.merged, submit_s, side="left"))
+        if pos < len(self.merged) and self.merged[pos] - submit_s <= gap_s:
+            return int(self.ids[pos])
+        if pos > 0 and submit_s - self.merged[pos - 1] <= gap_s:
+            return int(self.ids[pos - 1])
+        return None
 
 
 class GittinsView:
-    """A cycle's Gittins ranking: the history, and (with cohorts) the jobs still in the system as censored
-    samples of their cohort."""
+    """A cycle's Gittins ranking: the history, and (with cohorts or batches) the jobs still in the system as
+    censored samples of their cohort or batch."""
 
-    __slots__ = ("_alive_service", "_alive_submits", "_cohorts", "_memo", "history")
+    __slots__ = ("_alive_gpus", "_alive_service", "_alive_submits", "_batches", "_cohorts", "_memo", "history")
 
-    def __init__(self, history: ServiceHistory, alive: list[tuple[float, float]]) -> None:
+    def __init__(self, history: ServiceHistory, alive: list[tuple[float, float, int]]) -> None:
         self.history = history
         self._alive_submits = np.asarray([a[0] for a in alive], dtype=np.float64)
         self._alive_service = np.asarray([a[1] for a in alive], dtype=np.float64)
+        self._alive_gpus = np.asarray([a[2] for a in alive], dtype=np.int64)
         self._cohorts: dict[int, _Dist | None] = {}
-        self._memo: dict[tuple[int, float], float] = {}
+        self._batches: dict[int, _Batches] = {}
+        self._memo: dict[tuple[int, int, float, float], float] = {}
 
     def index(self, gpus: int, attained_gpu_s: float, submit_s: float) -> float:
+        """The job's index against its batch (once it has completions), else its cohort, else the history;
+        before its batch's first completion, knowing it needs more than its batch's leader had so far."""
+        h = self.history
+        key, dist, floor = self._batch(gpus, submit_s)
+        if dist is None:
+            key, dist = self._cohort(submit_s)
+        if dist is None:
+            if floor <= attained_gpu_s:
+                return h.index(gpus, attained_gpu_s)
+            key, dist = (-2, gpus), h.dist(gpus)
+        memo = (*key, attained_gpu_s, floor)
+        got = self._memo.get(memo)
+        if got is None:
+            got = self._memo[memo] = dist.index(max(0.0, attained_gpu_s), h.config.min_quantum_gpu_s, floor)
+        return got
+
+    def _cohort(self, submit_s: float) -> tuple[tuple[int, int], _Dist | None]:
         h = self.history
         w = h.config.cohort_window_s
         if w <= 0:
-            return h.index(gpus, attained_gpu_s)
+            return (-1, 0), None
         bucket = int(submit_s // w)
         if bucket not in self._cohorts:
             self._cohorts[bucket] = h.cohort_dist(bucket, self._alive_submits, self._alive_service)
-        dist = self._cohorts[bucket]
-        if dist is None:
-            return h.index(gpus, attained_gpu_s)
-        key = (bucket, attained_gpu_s)
-        got = self._memo.get(key)
+        return (-1, bucket), self._cohorts[bucket]
+
+    def _batch(self, gpus: int, submit_s: float) -> tuple[tuple[int, int], _Dist | None, float]:
+        """The job's batch key, the batch's distribution (None before ``batch_min`` completions) and, without
+        one, the most service a running job of the batch had (``batch_floor``; else 0)."""
+        h = self.history
+        gap = h.config.batch_gap_s
+        if gap <= 0:
+            return (0, 0), None, 0.0
+        got = self._batches.get(gpus)
         if got is None:
-            got = self._memo[key] = dist.index(max(0.0, attained_gpu_s), h.config.min_quantum_gpu_s)
-        return got
+            got = self._batches[gpus] = self._build_batches(gpus)
+        bid = got.of(submit_s, gap)
+        if bid is None:
+            return (0, 0), None, 0.0
+        if bid not in got.dists:
+            done = got.done[got.done_ids == bid]
+            cens = got.alive[(got.alive_ids == bid) & (got.alive > 0)]
+            got.dists[bid] = h.batch_dist(done, cens)
+            got.floors[bid] = float(cens.max()) if len(cens) and h.config.batch_floor else 0.0
+        dist = got.dists[bid]
+        return (gpus, bid), dist, 0.0 if dist is not None else got.floors[bid]
+
+    def _build_batches(self, gpus: int) -> _Batches:
+        h = self.history
+        mine = self._alive_gpus == gpus
+        submits = self._alive_submits[mine]
+        merged, ids = h.batch_ids(gpus, submits)
+        done, done_ids = h.batch_done(gpus, merged, ids)
+        alive_ids = ids[np.searchsorted(merged, submits, side="left")]
+        return _Batches(merged, ids, done, done_ids, self._alive_service[mine], alive_ids)
 
 
 def _window(n: int) -> int | None:
@@ -244,7 +362,7 @@ class HistoryBuilder:
 
     config: GittinsConfig = field(default_factory=GittinsConfig)
     _samples: dict[int, deque[float]] = field(default_factory=dict)
-    _cohorts: deque[tuple[float, float]] = field(init=False)
+    _cohorts: deque[tuple[float, float, int]] = field(init=False)
     _built: ServiceHistory | None = None
 
     def __post_init__(self) -> None:
@@ -257,7 +375,7 @@ class HistoryBuilder:
         if group is None:
             group = self._samples[int(gpus)] = deque(maxlen=_window(self.config.max_samples))
         group.append(float(service_gpu_s))
-        self._cohorts.append((float(submit_s), float(service_gpu_s)))
+        self._cohorts.append((float(submit_s), float(service_gpu_s), int(gpus)))
         self._built = None
 
     @property

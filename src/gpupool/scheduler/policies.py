@@ -299,11 +299,12 @@ def in_system(request: ScheduleRequest, pending: Iterable[JobSpec]) -> list[tupl
 
 
 def gittins_view(request: ScheduleRequest) -> GittinsView:
-    """This cycle's Gittins ranking; with cohorts, every job in the system is a censored sample."""
+    """This cycle's Gittins ranking; with cohorts or batches, every job in the system is a censored sample."""
     hist = service_history(request)
-    if hist.config.cohort_window_s <= 0:
+    if hist.config.cohort_window_s <= 0 and hist.config.batch_gap_s <= 0:
         return hist.view(())
-    return hist.view((j.submit_time_s, service) for j, service in in_system(request, request.snapshot.pending))
+    alive = in_system(request, request.snapshot.pending)
+    return hist.view((j.submit_time_s, service, j.total_gpus) for j, service in alive)
 
 
 # (job, GPU-service so far) -> its priority in a ServerFilling policy; lower first.

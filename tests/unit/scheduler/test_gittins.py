@@ -186,3 +186,60 @@ def test_with_survivors_counted_a_burst_without_completions_ranks_its_running_jo
     surv = ServiceHistory({1: [v for _, v in pairs]}, cfg(True), pairs).view(alive)
     assert surv.index(1, 2000.0, 100500.0) == pytest.approx(1 / 2000.0)
     assert surv.index(1, 0.0, 100500.0) == pytest.approx(1 / 4000.0)
+
+
+def _batch_cfg(**kw: float | bool) -> GittinsConfig:
+    base: dict[str, float | bool] = dict(
+        prior_weight=0.0, min_quantum_gpu_s=0.0, cohort_window_s=0.0, cohort_pooled_weight=0.0, batch_gap_s=5.0
+    )
+    return GittinsConfig(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_a_batch_with_a_completion_ranks_its_jobs_against_it() -> None:
+    # The history says "1,000 GPU-s or 20,000". A sweep of 1-GPU jobs submitted 2 s apart at t=1,000: one
+    # finished at 5,000 GPU-s; its siblings are ranked against that (a spike at 5,000), not the history.
+    pairs = [(float(t), 1000.0 if t % 2 else 20000.0, 1) for t in range(40)] + [(1000.0, 5000.0, 1)]
+    hist = ServiceHistory({1: [p[1] for p in pairs]}, _batch_cfg(), pairs)
+    view = hist.view([(1002.0, 4000.0, 1), (1004.0, 0.0, 1), (1010.0, 0.0, 1), (1003.0, 0.0, 2)])
+    assert view.index(1, 4000.0, 1002.0) == pytest.approx(1 / 1000.0)  # 1,000 GPU-s left, surely
+    assert view.index(1, 0.0, 1004.0) == pytest.approx(1 / 5000.0)
+    # 6 s after the last sibling: not of the batch; nor a 2-GPU job submitted among them.
+    assert view.index(1, 0.0, 1010.0) == hist.index(1, 0.0)
+    assert view.index(2, 0.0, 1003.0) == hist.index(2, 0.0)
+    # The history alone ranks a fresh job above one at 4,000 (LAS-like past 1,000); the batch reverses it.
+    assert hist.index(1, 0.0) > hist.index(1, 4000.0)
+    assert view.index(1, 4000.0, 1002.0) > view.index(1, 0.0, 1004.0)
+    off = ServiceHistory({1: [p[1] for p in pairs]}, _batch_cfg(batch_gap_s=0.0), pairs)
+    assert off.view([(1002.0, 4000.0, 1)]).index(1, 4000.0, 1002.0) == off.index(1, 4000.0)
+
+
+def test_before_its_first_completion_a_batch_knows_its_jobs_outlive_its_leader() -> None:
+    # A heavy-tailed history (LAS-like); a batch at t=1,000 whose leader ran 3,000 GPU-s and goes on. A
+    # fresh sibling needs more than 3,000 too: it ranks below the leader and below a fresh job of no batch.
+    pareto = [100.0 / (1 - (k + 0.5) / 400) for k in range(400)]
+    pairs = [(float(t), s, 1) for t, s in enumerate(pareto)]
+    alive = [(1000.0, 3000.0, 1), (1003.0, 0.0, 1), (5000.0, 0.0, 1)]
+    floor = ServiceHistory({1: pareto}, _batch_cfg(min_quantum_gpu_s=600.0), pairs).view(alive)
+    plain = ServiceHistory({1: pareto}, _batch_cfg(min_quantum_gpu_s=600.0, batch_floor=False), pairs).view(alive)
+    assert plain.index(1, 0.0, 1003.0) > plain.index(1, 3000.0, 1000.0)  # least attained service first
+    assert floor.index(1, 3000.0, 1000.0) == plain.index(1, 3000.0, 1000.0)  # the leader is ranked as before
+    assert floor.index(1, 0.0, 1003.0) < floor.index(1, 3000.0, 1000.0)
+    assert floor.index(1, 0.0, 1003.0) < floor.index(1, 0.0, 5000.0) == plain.index(1, 0.0, 5000.0)
+
+
+def test_the_policy_serves_a_sibling_of_a_short_batch_first() -> None:
+    # Every finished job of the history needed 50,000 GPU-s but one: the first of a batch at t=100, 100 GPU-s.
+    # Its sibling (t=102) goes before an older job of no batch; without batches, submission order decides.
+    pairs = [(float(t), 50000.0, 1) for t in range(10)] + [(100.0, 100.0, 1)]
+    state = ClusterState(make_fabric(1, 1))
+    jobs = (make_job("old", gpus=1, t=50.0), make_job("sib", gpus=1, t=102.0))
+    b = HistoryBuilder(_batch_cfg())
+    for t, s, g in pairs:
+        b.finished(g, s, submit_s=t)
+    for cfg, first in ((_batch_cfg(), "sib"), (_batch_cfg(batch_gap_s=0.0), "old")):
+        hist = ServiceHistory({1: [p[1] for p in pairs]}, cfg, pairs)
+        sched = SchedulerConfig(policy="gittins", gittins=cfg)
+        req = ScheduleRequest(state.snapshot(), jobs, 200.0, sched, inputs=CycleInputs(service_history=hist))
+        assert order(get_policy("gittins"), req)[0].job_id == first
+    built = b.history().view([(102.0, 0.0, 1)])  # the builder keeps each completion's GPU count
+    assert built.index(1, 0.0, 102.0) == pytest.approx(1 / 100.0)
