@@ -114,6 +114,13 @@ class _Dist:
         o = np.argsort(x, kind="stable")
         return _Dist(x[o], w[o])
 
+    def plus(self, values: FloatArray, weights: FloatArray) -> _Dist:
+        """This distribution with ``values`` added at ``weights`` (no sort: the few values go in by bisection;
+        the index does not depend on the order of equal values)."""
+        o = np.argsort(values, kind="stable")
+        at = np.searchsorted(self.x, values[o], side="left")
+        return _Dist(np.insert(self.x, at, values[o]), np.insert(self.w, at, weights[o]))
+
     def index(self, a: float, quantum: float, floor: float = 0.0) -> float:
         """G(a) per GPU-second over quanta of at least ``quantum``, knowing that the job needs more than
         ``floor`` (a sibling in its batch outlived it; else its own ``a``); beyond every sample, 1 / (2a):
@@ -139,7 +146,18 @@ class _Dist:
 class ServiceHistory:
     """Completed jobs' GPU-service per GPU-count group. Immutable once built; indices are memoised."""
 
-    __slots__ = ("_dists", "_gpus", "_memo", "_submits", "_values", "config", "counts")
+    __slots__ = (
+        "_base",
+        "_batch_dists",
+        "_batch_memo",
+        "_dists",
+        "_gpus",
+        "_memo",
+        "_submits",
+        "_values",
+        "config",
+        "counts",
+    )
 
     def __init__(
         self,
@@ -156,6 +174,7 @@ class ServiceHistory:
         self._submits = np.asarray([p[0] for p in triples], dtype=np.float64)
         self._values = np.asarray([p[1] for p in triples], dtype=np.float64)
         self._gpus = np.asarray([p[2] for p in triples], dtype=np.int64)
+        self._base: _Dist | None = None  # the prior and the whole history, which cohorts and batches add to
         groups = {g: np.asarray(list(v), dtype=np.float64)[-cfg.max_samples :] for g, v in samples.items()}
         pooled = [v for g, v in groups.items() if g != ALL]
         if ALL not in groups:
@@ -167,6 +186,8 @@ class ServiceHistory:
             if g == ALL or (cfg.by_gpu_count and len(v) >= cfg.min_group_samples)
         }
         self._memo: dict[tuple[int, float], float] = {}
+        self._batch_dists: dict[tuple[float, ...], _Dist] = {}
+        self._batch_memo: dict[tuple[tuple[float, ...], float], float] = {}
 
     @staticmethod
     def empty(config: GittinsConfig | None = None) -> ServiceHistory:
@@ -204,12 +225,21 @@ class ServiceHistory:
             return None
         return self._censored_dist(self._values[lo:hi], cens, 1.0)
 
-    def batch_dist(self, done: FloatArray, cens: FloatArray) -> _Dist | None:
-        """A batch's distribution from its ``done`` services and its running jobs' ``cens`` (see ``batch_gap_s``)."""
-        if len(done) < max(self.config.batch_min, 1):
-            return None
-        n = len(done) + len(cens)
-        return self._censored_dist(done, cens, max(1.0, self.config.batch_weight / n))
+    def batch_index(self, done: tuple[float, ...], attained_gpu_s: float) -> float:
+        """The index of a job whose batch finished jobs of ``done`` GPU-s (sorted; see ``batch_gap_s``): its
+        completions weigh as ``batch_weight`` jobs at least, with the prior and the whole history. Kept
+        while this history lives (its running jobs are not counted: the siblings of a batch need near the
+        same service, so a completion says what a censored sample would)."""
+        key = (done, attained_gpu_s)
+        got = self._batch_memo.get(key)
+        if got is None:
+            dist = self._batch_dists.get(done)
+            if dist is None:
+                vals = np.asarray(done, dtype=np.float64)
+                weight = max(1.0, self.config.batch_weight / len(vals))
+                dist = self._batch_dists[done] = self._censored_dist(vals, np.zeros(0), weight)
+            got = self._batch_memo[key] = dist.index(max(0.0, attained_gpu_s), self.config.min_quantum_gpu_s)
+        return got
 
     def _censored_dist(self, done: FloatArray, cens: FloatArray, scale: float) -> _Dist:
         """Kaplan-Meier of ``done`` (events) and ``cens`` (still running at that service), each sample weighing
@@ -229,8 +259,9 @@ class ServiceHistory:
         if left > 1e-9:  # beyond the last event: as long again as the longest seen
             vals = np.append(vals, 2.0 * float(times.max()))
             mass = np.append(mass, left)
-        n = float(len(times)) * scale
-        return _Dist.of(vals, cfg, mass * n, self._values, cfg.cohort_pooled_weight)
+        if self._base is None:
+            self._base = _Dist.of(np.zeros(0), cfg, None, self._values, cfg.cohort_pooled_weight)
+        return self._base.plus(vals, mass * (float(len(times)) * scale))
 
     def batch_ids(self, gpus: int, alive_submits: FloatArray) -> tuple[FloatArray, npt.NDArray[np.int64]]:
         """Of the submit times of ``gpus``-GPU jobs, finished (``self``) and ``alive_submits``: the merged
@@ -263,8 +294,6 @@ class _Batches:
     done_ids: npt.NDArray[np.int64]
     alive: FloatArray
     alive_ids: npt.NDArray[np.int64]
-    dists: dict[int, _Dist | None] = field(default_factory=dict)
-    floors: dict[int, float] = field(default_factory=dict)
 
     def of(self, submit_s: float, gap_s: float) -> int | None:
         """The batch of a job submitted at ``submit_s`` (the one it chains onto), or None."""
@@ -280,7 +309,16 @@ class GittinsView:
     """A cycle's Gittins ranking: the history, and (with cohorts or batches) the jobs still in the system as
     censored samples of their cohort or batch."""
 
-    __slots__ = ("_alive_gpus", "_alive_service", "_alive_submits", "_batches", "_cohorts", "_memo", "history")
+    __slots__ = (
+        "_alive_gpus",
+        "_alive_service",
+        "_alive_submits",
+        "_batches",
+        "_cohorts",
+        "_memo",
+        "_of_job",
+        "history",
+    )
 
     def __init__(self, history: ServiceHistory, alive: list[tuple[float, float, int]]) -> None:
         self.history = history
@@ -290,14 +328,16 @@ class GittinsView:
         self._cohorts: dict[int, _Dist | None] = {}
         self._batches: dict[int, _Batches] = {}
         self._memo: dict[tuple[int, int, float, float], float] = {}
+        self._of_job: dict[tuple[int, float], tuple[tuple[float, ...] | None, float]] = {}
 
     def index(self, gpus: int, attained_gpu_s: float, submit_s: float) -> float:
         """The job's index against its batch (once it has completions), else its cohort, else the history;
         before its batch's first completion, knowing it needs more than its batch's leader had so far."""
         h = self.history
-        key, dist, floor = self._batch(gpus, submit_s)
-        if dist is None:
-            key, dist = self._cohort(submit_s)
+        done, floor = self._batch(gpus, submit_s)
+        if done is not None:
+            return h.batch_index(done, attained_gpu_s)
+        key, dist = self._cohort(submit_s)
         if dist is None:
             if floor <= attained_gpu_s:
                 return h.index(gpus, attained_gpu_s)
@@ -318,26 +358,28 @@ class GittinsView:
             self._cohorts[bucket] = h.cohort_dist(bucket, self._alive_submits, self._alive_service)
         return (-1, bucket), self._cohorts[bucket]
 
-    def _batch(self, gpus: int, submit_s: float) -> tuple[tuple[int, int], _Dist | None, float]:
-        """The job's batch key, the batch's distribution (None before ``batch_min`` completions) and, without
-        one, the most service a running job of the batch had (``batch_floor``; else 0)."""
-        h = self.history
-        gap = h.config.batch_gap_s
-        if gap <= 0:
-            return (0, 0), None, 0.0
-        got = self._batches.get(gpus)
-        if got is None:
-            got = self._batches[gpus] = self._build_batches(gpus)
-        bid = got.of(submit_s, gap)
-        if bid is None:
-            return (0, 0), None, 0.0
-        if bid not in got.dists:
-            done = got.done[got.done_ids == bid]
-            cens = got.alive[(got.alive_ids == bid) & (got.alive > 0)]
-            got.dists[bid] = h.batch_dist(done, cens)
-            got.floors[bid] = float(cens.max()) if len(cens) and h.config.batch_floor else 0.0
-        dist = got.dists[bid]
-        return (gpus, bid), dist, 0.0 if dist is not None else got.floors[bid]
+    def _batch(self, gpus: int, submit_s: float) -> tuple[tuple[float, ...] | None, float]:
+        """The services of the job's batch's completions (None before ``batch_min``) and, before them, the
+        most service a running job of the batch had (``batch_floor``; else 0)."""
+        got = self._of_job.get((gpus, submit_s))
+        if got is not None:
+            return got
+        cfg = self.history.config
+        got = (None, 0.0)
+        if cfg.batch_gap_s > 0:
+            batches = self._batches.get(gpus)
+            if batches is None:
+                batches = self._batches[gpus] = self._build_batches(gpus)
+            bid = batches.of(submit_s, cfg.batch_gap_s)
+            if bid is not None:
+                done = np.sort(batches.done[batches.done_ids == bid])
+                if len(done) >= max(cfg.batch_min, 1):
+                    got = (tuple(float(v) for v in done), 0.0)
+                elif cfg.batch_floor:
+                    alive = batches.alive[batches.alive_ids == bid]
+                    got = (None, float(alive.max()) if len(alive) else 0.0)
+        self._of_job[(gpus, submit_s)] = got
+        return got
 
     def _build_batches(self, gpus: int) -> _Batches:
         h = self.history
