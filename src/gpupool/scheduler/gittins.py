@@ -285,8 +285,8 @@ def _with_gpus(sample: tuple[float, ...]) -> tuple[float, float, int]:
 
 @dataclass(slots=True)
 class _Batches:
-    """One GPU count's batches in a cycle: every known submit time (finished and alive) and its batch, the
-    finished jobs' services and the alive ones' services by batch, and each batch's distribution once built."""
+    """One GPU count's batches in a cycle: every known submit time (finished and alive) and its batch; the
+    finished jobs' services and the alive ones' services, each sorted by (batch, service)."""
 
     merged: FloatArray
     ids: npt.NDArray[np.int64]
@@ -294,6 +294,16 @@ class _Batches:
     done_ids: npt.NDArray[np.int64]
     alive: FloatArray
     alive_ids: npt.NDArray[np.int64]
+
+    @staticmethod
+    def build(
+        merged: FloatArray,
+        ids: npt.NDArray[np.int64],
+        done: tuple[FloatArray, npt.NDArray[np.int64]],
+        alive: tuple[FloatArray, npt.NDArray[np.int64]],
+    ) -> _Batches:
+        o, p = np.lexsort((done[0], done[1])), np.lexsort((alive[0], alive[1]))
+        return _Batches(merged, ids, done[0][o], done[1][o], alive[0][p], alive[1][p])
 
     def of(self, submit_s: float, gap_s: float) -> int | None:
         """The batch of a job submitted at ``submit_s`` (the one it chains onto), or None."""
@@ -303,6 +313,16 @@ class _Batches:
         if pos > 0 and submit_s - self.merged[pos - 1] <= gap_s:
             return int(self.ids[pos - 1])
         return None
+
+    def finished(self, bid: int) -> FloatArray:
+        """The batch's completions' services, sorted."""
+        lo, hi = np.searchsorted(self.done_ids, [bid, bid + 1], side="left")
+        return self.done[lo:hi]
+
+    def leader(self, bid: int) -> float:
+        """The most service a job of the batch still in the system had (0 with none)."""
+        hi = int(np.searchsorted(self.alive_ids, bid + 1, side="left"))
+        return float(self.alive[hi - 1]) if hi > 0 and self.alive_ids[hi - 1] == bid else 0.0
 
 
 class GittinsView:
@@ -372,12 +392,11 @@ class GittinsView:
                 batches = self._batches[gpus] = self._build_batches(gpus)
             bid = batches.of(submit_s, cfg.batch_gap_s)
             if bid is not None:
-                done = np.sort(batches.done[batches.done_ids == bid])
+                done = batches.finished(bid)
                 if len(done) >= max(cfg.batch_min, 1):
                     got = (tuple(float(v) for v in done), 0.0)
                 elif cfg.batch_floor:
-                    alive = batches.alive[batches.alive_ids == bid]
-                    got = (None, float(alive.max()) if len(alive) else 0.0)
+                    got = (None, batches.leader(bid))
         self._of_job[(gpus, submit_s)] = got
         return got
 
@@ -386,9 +405,8 @@ class GittinsView:
         mine = self._alive_gpus == gpus
         submits = self._alive_submits[mine]
         merged, ids = h.batch_ids(gpus, submits)
-        done, done_ids = h.batch_done(gpus, merged, ids)
         alive_ids = ids[np.searchsorted(merged, submits, side="left")]
-        return _Batches(merged, ids, done, done_ids, self._alive_service[mine], alive_ids)
+        return _Batches.build(merged, ids, h.batch_done(gpus, merged, ids), (self._alive_service[mine], alive_ids))
 
 
 def _window(n: int) -> int | None:
