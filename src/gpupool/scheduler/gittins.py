@@ -27,6 +27,12 @@ waiting or running as censored samples at the service they had so far (a Kaplan-
 them, a burst's first completions are its short jobs and the cohort would look short), mixed with the whole
 history. The censored samples come from the cycle's snapshot (``GittinsView``); nothing about a job's own
 runtime is used.
+
+Batches (``batch_gap_s``): jobs of one GPU count submitted seconds apart (a sweep, a job array) need near the
+same service. Once one of a batch finished, its siblings are ranked against the batch's completions; before
+that, a job of the batch is ranked knowing it needs more than the most service a sibling still in the system
+had (its index conditioned on X > that): the batch's leader goes on, its siblings wait for it instead of
+each being probed in turn (ITP cluster05, first 1,871 jobs: 1.555x -> 1.417x the bound).
 """
 
 from __future__ import annotations
