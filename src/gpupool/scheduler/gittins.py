@@ -82,7 +82,7 @@ class GittinsConfig:
     # 2% between their shortest and longest job). Once ``batch_min`` jobs of a batch finished, its other jobs
     # are ranked against the batch (Kaplan-Meier, its running jobs censored) weighing as at least
     # ``batch_weight`` completions, mixed with the prior and the whole history; before that, as without.
-    batch_gap_s: float = 0.0  # 0: off
+    batch_gap_s: float = 5.0  # 0: off
     batch_min: int = 1
     batch_weight: float = 30.0
     # Before any completion, a batch's job is ranked knowing it needs more than the most service a running

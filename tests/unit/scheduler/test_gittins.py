@@ -86,7 +86,7 @@ def test_the_builder_holds_a_bounded_window_and_builds_what_the_whole_list_would
     assert b.completions == 4  # a long-running server keeps a window, not every completion
     h = b.history()
     assert h.counts[2] == 3  # ``ServiceHistory`` uses the last ``max_samples`` per group either way
-    whole = ServiceHistory({2: services}, cfg, [(10.0 * k, s) for k, s in enumerate(services)][-4:])
+    whole = ServiceHistory({2: services}, cfg, [(10.0 * k, s, 2) for k, s in enumerate(services)][-4:])
     for a in (0.0, 350.0, 450.0, 550.0):
         assert h.index(2, a) == whole.index(2, a)
     assert h.view(()).index(2, 450.0, 25.0) == whole.view(()).index(2, 450.0, 25.0)
