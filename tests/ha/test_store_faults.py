@@ -44,13 +44,14 @@ def submit(base: str, token: str, key: str, env: dict[str, str] | None = None) -
 
 
 def fill(path: Path) -> Path:
-    """Write zeros to a file on ``path``'s filesystem until it is full."""
+    """Write zeros to a file on ``path``'s filesystem until it is full. Unbuffered: a buffered file would keep
+    the bytes a full disk refused and raise ENOSPC again when closed (as it did once the free space stopped
+    being a multiple of the write's size)."""
     filler = path / "filler"
-    with filler.open("wb") as f:
+    with filler.open("wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError:
             pass
     return filler
