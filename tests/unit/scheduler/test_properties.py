@@ -61,13 +61,17 @@ def _state(fab_key: str, data: st.DataObject) -> ClusterState:
     for h in data.draw(st.lists(st.integers(0, len(fab.hosts) - 1), max_size=3)):
         state.apply(GpuHealthChanged(fab.hosts[h].name, 0, HealthGrade.BAD, 0))
     # Prior running work placed by the scheduler itself (first cycle), so the second cycle starts fragmented.
-    pre = data.draw(jobs("pre", 8))
+    place_first(state, data.draw(jobs("pre", 8)))
+    return state
+
+
+def place_first(state: ClusterState, pre: list[JobSpec]) -> None:
+    """Run ``pre`` as the cluster's running work: what a first-fit cycle places of it, applied to ``state``."""
     res = schedule(ScheduleRequest(state.snapshot(), tuple(pre), 0.0, SchedulerConfig(placer="first-fit")))
     by_id = {j.job_id: j for j in pre}
     for a in res.placements:
         state.apply(JobSubmitted(by_id[a.job_id], 0))
         state.apply(JobPlaced(a, 0))
-    return state
 
 
 def _check(state: ClusterState, pending: list[JobSpec], placer: str) -> None:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sched_builders import make_fabric, make_job
-from test_properties import FABRICS, INDEXES, _state, jobs
+from test_properties import FABRICS, INDEXES, _state, jobs, place_first
 
 import gpupool.scheduler.grouped as grouped
 import gpupool.scheduler.stages as stages
@@ -243,11 +243,7 @@ def _busy(draw: st.DrawFn, fab_key: str) -> ClusterState:
     for i in range(draw(st.integers(0, n_hosts))):
         est = draw(st.sampled_from([None, 300.0, 900.0, 5000.0]))
         pre.append(make_job(f"fill{i}", gpus=per_host, estimated_runtime_s=est, preemptible=draw(st.booleans())))
-    res = schedule(ScheduleRequest(state.snapshot(), tuple(pre), 0.0, SchedulerConfig(placer="first-fit")))
-    by_id = {j.job_id: j for j in pre}
-    for a in res.placements:
-        state.apply(JobSubmitted(by_id[a.job_id], 0))
-        state.apply(JobPlaced(a, 0))
+    place_first(state, pre)
     return state
 
 
