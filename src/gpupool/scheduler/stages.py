@@ -450,8 +450,9 @@ def backfill(cy: Cycle, ask: Ask, wide: Wide, asker: Who | None = None) -> Waiti
     mode, seen = cy.sh.backfill, cy.seen
     if mode is BackfillMode.NONE:
         return None
-    if asker is not None and latest_start(cy, ask) is not None:
-        held = deadline_reservation(cy, ask, wide, asker)
+    latest = latest_start(cy, ask) if asker is not None else None
+    if asker is not None and latest is not None:
+        held = deadline_reservation(cy, ask, asker, latest)
         if held is not None:
             return held
     if not (
@@ -486,8 +487,8 @@ def hold(cy: Cycle, job: JobSpec, start: float, picks: Sequence[TaskPick]) -> st
     return f"holds a reservation of {len(hosts)} host(s) from t={start:.0f} (in {start - cy.now:.0f} s)"
 
 
-def deadline_reservation(cy: Cycle, ask: Ask, wide: Wide, asker: Who) -> Waiting | None:
-    """A deadline job at risk (``latest_start``) holds the hosts (none held by another reservation) that are
+def deadline_reservation(cy: Cycle, ask: Ask, asker: Who, latest: float) -> Waiting | None:
+    """A deadline job at risk, whose ``latest_start`` is ``latest``, holds the hosts (none held by another reservation) that are
     free soonest, if that is by its latest start: nobody is placed there who would still run then. When
     waiting for the running jobs' ends is too late (on a busy cluster every host it could take also runs jobs
     it may not preempt: strict deadline jobs), it counts the jobs it may preempt (``candidates``) as ending
@@ -497,8 +498,6 @@ def deadline_reservation(cy: Cycle, ask: Ask, wide: Wide, asker: Who) -> Waiting
     ``grouped._Bounds``). None when nothing frees room by its latest start (it waits as any other job, and
     admission refuses it once it cannot make it)."""
     job = ask.job
-    latest = latest_start(cy, ask)
-    assert latest is not None
     mask = cy.reserved_from == np.inf
     if ask.base is not None:
         mask &= ask.base
