@@ -11,11 +11,10 @@ clock moves ``--step`` seconds, ``--ends`` running jobs end and ``--arrivals`` j
 cycle places starts at once. ``cycle_ms_*`` time ``run_cycle`` (the schedule and applying its decisions to the
 state) after one snapshot per cycle (``snapshot_ms_*``). ``reasons_ms_*`` time what the server's loop does with
 the cycle's waiting reasons (``SchedulingLoop._wait``): find those that changed since the last cycle
-(``server.reasons.StoredReasons``; where that module is missing, as on main before it, or with ``--full-diff``,
-the loop's former diff: every reason made and compared with last cycle's dict) and, with ``--store`` (a new
-SQLite file) or ``--db URL`` (an empty database, e.g. PostgreSQL), write them to a store holding the backlog,
-through the loop's own step where it exists (``StoredReasons.store``: ``ServerOps.write_reasons``), else main's
-(``set_reason_groups`` / ``set_reasons``); ``write_ms_*`` apart. ``written_mean`` is how many jobs' stored
+(``server.reasons.StoredReasons``; with ``--full-diff``, the loop's former diff: every reason made and compared
+with last cycle's dict) and, with ``--store`` (a new SQLite file) or ``--db URL`` (an empty database, e.g.
+PostgreSQL), write them to a store holding the backlog through ``ServerOps.write_reasons`` (the loop's own step,
+``StoredReasons.store``; the former diff stores each job's own reason); ``write_ms_*`` apart. ``written_mean`` is how many jobs' stored
 reasons a cycle writes, ``classes_written_mean`` how many shared reasons (``wait_classes`` rows).
 ``total_ms_*``: the cycle plus the reasons step, write included, per cycle (what the loop spends; with
 PostgreSQL the database server's CPU is not in ``*_cpu_ms``). ``--gc-freeze``: ``gc.freeze()``
@@ -32,7 +31,7 @@ import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 
 import numpy as np
@@ -44,14 +43,11 @@ from gpupool.fabric.generators import superpod
 from gpupool.scheduler.driver import CycleDriver
 from gpupool.scheduler.settings import SchedulerSettings, scheduler_config, sharing_policy
 from gpupool.scheduler.types import Waiting
+from gpupool.server.reasons import StoredReasons
 from gpupool.sim.instant import InstantWorld
 from gpupool.store import Store
+from gpupool.store.records import WaitWrites
 from gpupool.store.server_ops import ServerOps, Submission
-
-try:
-    from gpupool.server.reasons import StoredReasons
-except ImportError:  # before ``server.reasons``: the loop's full diff only
-    StoredReasons = None  # type: ignore[assignment,misc]
 
 
 def fill(state: ClusterState, rng: np.random.Generator) -> None:
@@ -99,45 +95,41 @@ class _Timed:
     def __init__(self, ops: ServerOps | None) -> None:
         self.ops, self.write_s = ops, 0.0
 
-    def write_reasons(self, writes: object, *, fence: object = None) -> None:
+    def write_reasons(self, writes: WaitWrites, *, fence: object = None) -> None:
         t = time.perf_counter()
         if self.ops is not None:
-            self.ops.write_reasons(writes, fence=fence)  # type: ignore[attr-defined,arg-type]
+            self.ops.write_reasons(writes, fence=fence)  # type: ignore[arg-type]
         self.write_s = time.perf_counter() - t
 
 
 class Reasons:
-    """What ``SchedulingLoop._wait`` does with a cycle's waiting jobs: find the changed reasons and store them."""
+    """What ``SchedulingLoop._wait`` does with a cycle's waiting jobs: find the changed reasons and store them
+    (``full_diff``: the loop's former diff, every job's reason compared with last cycle's, each stored as its own)."""
 
     def __init__(self, ops: ServerOps | None, full_diff: bool) -> None:
-        self.ops, self.write_s, self.classes = ops, 0.0, 0
-        self.book = None if full_diff or StoredReasons is None else StoredReasons()
+        self.classes = 0
+        self.book = None if full_diff else StoredReasons()
         self.stored: dict[str, tuple[str, str]] = {}
         self.timed = _Timed(ops)
 
-    def _write(self, do: Callable[[], None]) -> None:
-        t = time.perf_counter()
-        if self.ops is not None:
-            do()
-        self.write_s = time.perf_counter() - t
+    @property
+    def write_s(self) -> float:
+        return self.timed.write_s
 
     def cycle(self, waiting: Sequence[Waiting]) -> int:
         """How many reasons were written."""
-        ops = self.ops
-        if self.book is not None and hasattr(self.book, "store"):  # the loop's step, as ``SchedulingLoop._wait``
+        if self.book is not None:  # the loop's step, as ``SchedulingLoop._wait``
             compared = self.book.store(waiting, self.timed, None)  # type: ignore[arg-type]
-            self.write_s, self.classes = self.timed.write_s, len(compared.class_changes) + len(compared.dropped)
+            self.classes = len(compared.class_changes) + len(compared.dropped)
             return compared.written
-        if self.book is not None:  # main before wait classes
-            compared = self.book.compare(waiting)
-            self._write(lambda: ops.set_reason_groups(compared.changes))  # type: ignore[union-attr]
-            self.book.keep(compared)
-            return sum(len(jobs) for jobs in compared.changes.values())
         reasons = {w.job_id: (w.reason.value, w.message) for w in waiting}
-        changed = {j: r for j, r in reasons.items() if self.stored.get(j) != r}
-        self._write(lambda: ops.set_reasons(changed))  # type: ignore[union-attr]
+        changed: dict[tuple[str, str], list[str]] = {}
+        for j, r in reasons.items():
+            if self.stored.get(j) != r:
+                changed.setdefault(r, []).append(j)
+        self.timed.write_reasons(WaitWrites(own=changed))
         self.stored = reasons
-        return len(changed)
+        return sum(len(jobs) for jobs in changed.values())
 
 
 def submit(ops: ServerOps | None, jobs: list[JobSpec]) -> None:
