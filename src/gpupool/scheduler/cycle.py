@@ -57,7 +57,7 @@ def schedule(request: ScheduleRequest, *, remember_refusals: bool = True) -> Sch
             cy.ctx = dataclasses.replace(cy.ctx, mix=cycle_mix(request.workload_mix, queue, request.snapshot.index))
         _run(cy, queue)
         diagnose_waiting(cy)
-        waits = Waits(cy.waiting)
+        waits = _waits(cy)
     return ScheduleResult(
         tuple(cy.allocs),
         tuple(cy.preemptions),
@@ -66,6 +66,17 @@ def schedule(request: ScheduleRequest, *, remember_refusals: bool = True) -> Sch
         tuple(cy.signals),
         tuple(cy.reservations),
         tuple(cy.endings),
+    )
+
+
+def _waits(cy: Cycle) -> Waits:
+    """The cycle's waiting jobs: those it visited, then those it did not (made when read: a cycle that stops
+    at its placement limit leaves most of a long queue unvisited, and the simulator never reads them)."""
+    if cy.unvisited is None:
+        return Waits(cy.waiting)
+    visited, (rest, reason, msg) = cy.waiting, cy.unvisited
+    return Waits(
+        count=len(visited) + len(rest), make=lambda: (*visited, *[Waiting(j.job_id, reason, msg) for j in rest])
     )
 
 
@@ -87,12 +98,12 @@ def _run(cy: Cycle, queue: list[JobSpec]) -> None:
     remember = seen.enabled
     at, jobs, shapes = cy.undiagnosed_at.append, cy.undiagnosed_jobs.append, cy.undiagnosed_shapes.append
     for pos, job in enumerate(queue):
-        job = cy.placed_as(job)
         if len(cy.allocs) >= cfg.max_placements_per_cycle:
             msg = f"not considered: this cycle placed its limit of {cfg.max_placements_per_cycle} jobs first"
-            waiting.extend([Waiting(j.job_id, ReasonCode.CYCLE_LIMIT, msg) for j in queue[pos:]])
+            cy.unvisited = (queue[pos:], ReasonCode.CYCLE_LIMIT, msg)
             return
-        sh = shape(job)
+        topology = cy.topology_for(job) if job.tasks > 1 else None
+        sh = shape(job, topology)
         sk = ids.get(sh)
         if sk is None:
             sk = ids[sh] = len(ids)
@@ -104,17 +115,20 @@ def _run(cy: Cycle, queue: list[JobSpec]) -> None:
             and (cap.releases == releases or seen.blocked_shape(sk))
         ):
             # This cycle's rules make a job's fate its shape's: one like it waits for capacity, so this one
-            # does (the hot path of a long blocked queue: ``Cycle.wait_for_capacity`` inlined).
+            # does (the hot path of a long blocked queue: ``Cycle.wait_for_capacity`` inlined; the job as
+            # submitted, not copied with its topology for this cycle: the diagnosis asks ``placed_as``).
             at(len(waiting))
             jobs(job)
             shapes(sk)
             waiting.append(UNDIAGNOSED)
         else:
+            if topology is not None:
+                job = cy.placed_as(job)
             mkey, mask = cy.mask(job)
             decide(cy, Ask(job, sk, mask, mkey, job.runtime_with(job.tasks, default_runtime)))
         if cfg.strict and len(cy.allocs) == before and not _held_back(cy, job):
             msg = f"waits behind {job.job_id}, which does not fit (strict ordering)"
-            waiting.extend([Waiting(j.job_id, ReasonCode.BLOCKED, msg) for j in queue[pos + 1 :]])
+            cy.unvisited = (queue[pos + 1 :], ReasonCode.BLOCKED, msg)
             return
 
 

@@ -7,12 +7,14 @@ decisions in it. Everything here is for one cycle only and is dropped with it.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 
 from gpupool.cluster.snapshot import RunningJob
-from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec
+from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec, TopologyRequirement
 from gpupool.scheduler.backfill import expected_end
 from gpupool.scheduler.capacity import BoolArray, Capacity
 from gpupool.scheduler.placement import Need, TaskPick, make_need
@@ -118,6 +120,9 @@ class Cycle:
         self.signals: list[Signal] = []
         self.signalled: set[str] = set()
         self.waiting: list[Waiting] = []
+        # The jobs the cycle did not visit (its placement limit, or strict ordering behind a job that does not
+        # fit), all waiting with one reason and sentence: made into ``Waiting``s only when the result is read.
+        self.unvisited: tuple[Sequence[JobSpec], ReasonCode, str] | None = None
         # Jobs waiting for want of capacity, with their place in ``waiting`` and their shape id: diagnosed at
         # the end. Three lists, not a list of tuples: a long blocked queue adds one entry per job per cycle.
         self.undiagnosed_at: list[int] = []
@@ -199,10 +204,16 @@ class Cycle:
 
     def placed_as(self, job: JobSpec) -> JobSpec:
         """The job as this cycle places it: with its topology for this cycle (``scheduler.topowait``)."""
+        t = self.topology_for(job)
+        return job if t is None else replace(job, topology=t)
+
+    def topology_for(self, job: JobSpec) -> TopologyRequirement | None:
+        """The topology the job is placed by in this cycle when not its own (None): what ``placed_as`` gives it,
+        without the copy (a blocked queue needs only the job's shape)."""
         if job.tasks == 1:
-            return job
+            return None
         mkey, mask = self.mask(job)
-        return self.topo.effective(job, mkey, mask)
+        return self.topo.decision(job, mkey, mask)
 
     def mask(self, job: JobSpec) -> tuple[MaskKey, BoolArray | None]:
         """The job's host mask (allowed GPU models, selected labels; None: every host) and its key."""

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec, PriorityClass, TaskAllocation
+from gpupool.domain.jobs import MILLI_PER_GPU, Allocation, JobSpec, PriorityClass, TaskAllocation, TopologyRequirement
 from gpupool.scheduler.capacity import BoolArray, Capacity
 from gpupool.scheduler.placement import Need, TaskPick
 
 Shape = tuple[object, ...]
 
 
-def shape(job: JobSpec) -> Shape:
-    """What decides whether a job fits; jobs of one shape fit or not alike within a cycle."""
+def shape(job: JobSpec, topology: TopologyRequirement | None = None) -> Shape:
+    """What decides whether a job fits; jobs of one shape fit or not alike within a cycle. ``topology``: the
+    one the cycle places it by, when not its own (``Cycle.topology_for``)."""
     return (
         job.tasks,
         job.gpus_per_task,
@@ -21,7 +22,7 @@ def shape(job: JobSpec) -> Shape:
         job.share,
         job.gpu_models,
         job.node_selector,
-        job.topology,
+        job.topology if topology is None else topology,
         job.rail_aligned,
         job.priority >= PriorityClass.REALTIME,
     )

@@ -565,7 +565,7 @@ def diagnose_waiting(cy: Cycle) -> None:
     for pos, job, sk in zip(cy.undiagnosed_at, cy.undiagnosed_jobs, cy.undiagnosed_shapes, strict=True):
         why = memo.get(sk)
         if why is None:
-            why = diagnose(cap, make_need(job, cap, cy.mask(job)[1]))
+            why = diagnose(cap, make_need(cy.placed_as(job), cap, cy.mask(job)[1]))
             if remember:
                 memo[sk] = why
         waiting[pos] = Waiting(job.job_id, why[0], why[1])

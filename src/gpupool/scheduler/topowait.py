@@ -20,13 +20,13 @@ scope, so placement, reservations, preemption and the reason it waits all see th
 
 from __future__ import annotations
 
-from dataclasses import replace
+from itertools import compress
 
 import numpy as np
 import numpy.typing as npt
 
 from gpupool.cluster.index import Level
-from gpupool.cluster.snapshot import ClusterSnapshot, RunningJob
+from gpupool.cluster.snapshot import ClusterSnapshot
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec, Scope, TopologyMode, TopologyRequirement
 from gpupool.fabric.model import Domain
 
@@ -34,17 +34,6 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 _SCOPE_OF = {Domain.LEAF: Scope.LEAF, Domain.SU: Scope.SU}
 _DOMAIN_OF = {Scope.LEAF: Domain.LEAF, Scope.SU: Domain.SU}
-
-
-def soon_end(r: RunningJob, now_s: float) -> float:
-    """When ``r`` is expected to end, for deciding whether to wait: start + estimate while within it; past its
-    estimate or without one, now + its runtime so far (attained service as the predictor of what is left)."""
-    start = r.started_at_s if r.started_at_s is not None else r.placed_at_s
-    age = max(0.0, now_s - start)
-    est = r.spec.estimated_runtime_s
-    if est is not None and est > age:
-        return start + est
-    return now_s + age
 
 
 class TopologyWait:
@@ -62,8 +51,9 @@ class TopologyWait:
         self._future: IntArray | None = None
         self._memo: dict[tuple[object, ...], TopologyRequirement | None] = {}
 
-    def effective(self, job: JobSpec, mask_key: object, mask: BoolArray | None) -> JobSpec:
-        """``job`` with the topology it is placed by in this cycle (itself when nothing changes)."""
+    def decision(self, job: JobSpec, mask_key: object, mask: BoolArray | None) -> TopologyRequirement | None:
+        """The topology ``job`` is placed by in this cycle when it is not its own; None: its own (the cycle
+        copies the job with it only where more than its shape is needed: ``Cycle.placed_as``)."""
         t = job.topology
         if (
             job.tasks == 1
@@ -73,12 +63,13 @@ class TopologyWait:
             or t.scope is Scope.NVLINK
             or t.required
         ):
-            return job
+            return None
         key = (job.tasks, job.gpus_per_task, t, mask_key)
-        if key not in self._memo:
-            self._memo[key] = self._decide(t, job.gpus_per_task, job.tasks, mask)
-        got = self._memo[key]
-        return job if got is None else replace(job, topology=got)
+        memo = self._memo
+        if key in memo:
+            return memo[key]
+        got = memo[key] = self._decide(t, job.gpus_per_task, job.tasks, mask)
+        return got
 
     def _decide(self, t: TopologyRequirement, g: int, tasks: int, mask: BoolArray | None) -> TopologyRequirement | None:
         level = self._level(t.scope, g, tasks, mask)
@@ -102,23 +93,42 @@ class TopologyWait:
 
     def _room_soon(self, lv: Level, g: int, tasks: int, mask: BoolArray | None) -> bool:
         """Whether some domain of ``level`` is expected to hold the gang within ``wait_s``."""
-        free = self._future_free() // g
+        if self._room(lv, self.free0, g, tasks, mask):
+            return True  # room now: the GPUs free later include those free now
+        return self._room(lv, self._future_free(), g, tasks, mask)
+
+    @staticmethod
+    def _room(lv: Level, free_whole: IntArray, g: int, tasks: int, mask: BoolArray | None) -> bool:
+        free = free_whole // g
         if mask is not None:
             free = np.where(mask, free, 0)
         per_dom = np.bincount(lv.ids, weights=free, minlength=lv.count)
         return bool((per_dom >= tasks).any())
 
     def _future_free(self) -> IntArray:
-        """Whole GPUs free per host once the jobs expected to end within ``wait_s`` have ended."""
+        """Whole GPUs free per host once the jobs expected to end within ``wait_s`` have ended. A job is expected
+        to end at start + estimate while within it; past its estimate or without one, at now + its runtime so
+        far (attained service as the predictor of what is left). Every running job's end is compared at once;
+        then one pass over the whole-GPU tasks of those that end."""
         if self._future is None:
-            out = self.free0.copy()
-            horizon = self.now + self.wait_s
-            ix = self.snapshot.index
-            for r in self.snapshot.running.values():
-                if soon_end(r, self.now) > horizon:
-                    continue
+            now = self.now
+            run = list(self.snapshot.running.values())
+            n = len(run)
+            start = np.fromiter(
+                (r.placed_at_s if r.started_at_s is None else r.started_at_s for r in run), np.float64, n
+            )
+            est = np.fromiter((np.nan if (e := r.spec.estimated_runtime_s) is None else e for r in run), np.float64, n)
+            age = np.maximum(now - start, 0.0)
+            # soon_end: start + estimate while within it (NaN, no estimate, compares False), else now + age
+            ends = np.where(est > age, start + est, now + age) <= now + self.wait_s
+            host_ix = self.snapshot.index.fabric.host_index
+            hosts: list[int] = []
+            gpus: list[int] = []
+            for r in compress(run, ends.tolist()):
                 for task in r.allocation.tasks:
                     if task.milli_gpu >= MILLI_PER_GPU:
-                        out[ix.host_index(task.host)] += len(task.gpus)
-            self._future = out
+                        hosts.append(host_ix(task.host))
+                        gpus.append(len(task.gpus))
+            ended = np.bincount(np.array(hosts, dtype=np.int64), weights=gpus, minlength=self.free0.size)
+            self._future = self.free0 + ended.astype(np.int64)
         return self._future
