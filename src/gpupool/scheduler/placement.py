@@ -6,6 +6,7 @@ fabric's. A pick is a list of (host, GPU indices) per task; ``commit`` takes it 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -21,6 +22,33 @@ BoolArray = npt.NDArray[np.bool_]
 TaskPick = tuple[int, tuple[int, ...]]
 
 _SCOPE_DOMAIN = {Scope.LEAF: Domain.LEAF, Scope.SU: Domain.SU, Scope.NVLINK: Domain.NVLINK}
+
+
+def lexmin(keys: tuple[npt.NDArray[np.generic], ...]) -> int:
+    """``np.lexsort(keys)[0]`` without the sort: the position whose last key is smallest, ties broken by the key
+    before it, and so on, then by the lowest position (lexsort is stable). The keys hold no NaN. A placer
+    wants only the best of thousands of candidates; narrowing key by key touches a few of them after the
+    first key or two."""
+    pos = None
+    for key in reversed(keys):
+        k = key if pos is None else key[pos]
+        hit = np.flatnonzero(k == k.min())
+        pos = hit if pos is None else pos[hit]
+        if pos.size == 1:
+            break
+    assert pos is not None
+    return int(pos[0])
+
+
+def lexorder(items: IntArray, keys: tuple[npt.NDArray[np.generic], ...]) -> Iterator[int]:
+    """``items`` in ``np.lexsort(keys)`` order, the first found by ``lexmin``: the rest are sorted only when
+    a caller goes on past it (the first domain tried usually holds the job)."""
+    if items.size == 0:
+        return
+    first = lexmin(keys)
+    yield int(items[first])
+    if items.size > 1:
+        yield from (int(items[i]) for i in np.lexsort(keys) if i != first)
 
 
 class HostOrder(Enum):
@@ -137,30 +165,34 @@ def cover(
 
 def pick_gpus(cap: Capacity, h: int, n: int, how: HostOrder) -> tuple[int, ...]:
     """``n`` whole free GPUs of host ``h``."""
-    free = np.flatnonzero(cap.whole[h])
-    if how is HostOrder.FIRST or how is HostOrder.TIGHT:
-        return tuple(int(g) for g in free[:n])
-    pen = cap.penalties.gpu[h, free]
+    row = cap.whole[h]
+    free = np.flatnonzero(row)
+    zero = not cap.penalties.any  # every GPU's penalty is 0: the healthiest are the lowest indices
+    if how is HostOrder.FIRST or how is HostOrder.TIGHT or (zero and how is not HostOrder.COVER):
+        return tuple(free[:n].tolist())
     if how is HostOrder.LOOSE:
-        return tuple(int(g) for g in free[np.lexsort((free, pen))][:n])
+        return tuple(free[np.lexsort((free, cap.penalties.gpu[h, free]))][:n].tolist())
     if n < free.size:
         # Buddy-style: an aligned block of n free GPUs inside the fullest aligned parent block keeps the
-        # other half (and whole-host holes) free for bigger tasks; healthy GPUs first.
-        row = cap.whole[h]
+        # other half (and whole-host holes) free for bigger tasks; healthy GPUs first. (A host's row as a
+        # list: a handful of blocks, each read in Python faster than in NumPy.)
+        bits = row.tolist()
         best: tuple[float, int, int] | None = None
         for start in range(0, cap.G - n + 1, n):
-            if row[start : start + n].all():
+            if all(bits[start : start + n]):
                 parent = (start // (2 * n)) * 2 * n
                 score = (
-                    float(cap.penalties.gpu[h, start : start + n].sum()),
-                    int(row[parent : parent + 2 * n].sum()),
+                    0.0 if zero else float(cap.penalties.gpu[h, start : start + n].sum()),
+                    sum(bits[parent : parent + 2 * n]),
                     start,
                 )
                 if best is None or score < best:
                     best = score
         if best is not None:
             return tuple(range(best[2], best[2] + n))
-    return tuple(int(g) for g in free[np.lexsort((free, pen))][:n])
+    if zero:
+        return tuple(free[:n].tolist())
+    return tuple(free[np.lexsort((free, cap.penalties.gpu[h, free]))][:n].tolist())
 
 
 def commit(cap: Capacity, need: Need, hosts_tasks: list[tuple[int, int]], how: HostOrder) -> list[TaskPick]:
@@ -270,7 +302,7 @@ def share_gpu_on(cap: Capacity, need: Need, hosts: IntArray, how: HostOrder) -> 
     if how is HostOrder.FIRST:
         i = 0
     elif how is HostOrder.LOOSE:
-        i = int(np.lexsort((c, h, cap.penalties.gpu[h, c], -fm[r, c]))[0])
+        i = lexmin((c, h, cap.penalties.gpu[h, c], -fm[r, c]))
     else:
         # Best fit: the GPU left with the least free compute (then memory) after the share.
         keys: tuple[npt.NDArray[np.generic], ...] = (
@@ -283,7 +315,7 @@ def share_gpu_on(cap: Capacity, need: Need, hosts: IntArray, how: HostOrder) -> 
         )
         if need.realtime:
             keys = (*keys, cap.penalties.gpu[h, c])
-        i = int(np.lexsort(keys)[0])
+        i = lexmin(keys)
     return int(h[i]), int(c[i])
 
 
@@ -323,4 +355,4 @@ def whole_host_for(cap: Capacity, need: Need, n: int, how: HostOrder, cpu: int, 
         keys = (cand, pen.host[cand], free, pen.host_band[cand])
     if need.realtime and pen.any:
         keys = (*keys, pen.host[cand])
-    return int(cand[np.lexsort(keys)[0]])
+    return int(cand[lexmin(keys)])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import islice
 from types import MappingProxyType
 from typing import Protocol
 
@@ -28,6 +29,8 @@ from gpupool.scheduler.placement import (
     aligned_gang,
     commit,
     cover,
+    lexmin,
+    lexorder,
     pick_gpus,
     share_candidates,
     share_gpu_on,
@@ -220,9 +223,8 @@ def single_host(cap: Capacity, need: Need, n: int, ctx: CycleContext) -> int | N
             if cap.kcount[k] == 0:
                 continue
             doms = np.flatnonzero(hist[:, k])
-            if doms.size > 1:
-                doms = doms[np.lexsort((doms, pen.domain[li][doms], free[doms], pen.domain_band[li][doms]))]
-            for d in doms[: ctx.max_domains_tried]:
+            keys = (doms, pen.domain[li][doms], free[doms], pen.domain_band[li][doms])
+            for d in islice(lexorder(doms, keys), ctx.max_domains_tried):
                 hs = lv.hosts(int(d))
                 hs = hs[cap.free_whole[hs] == k]
                 if cpu:
@@ -233,7 +235,7 @@ def single_host(cap: Capacity, need: Need, n: int, ctx: CycleContext) -> int | N
                     hs = hs[cap.index.host_single_island[hs]]
                 if hs.size:
                     if pen.any and hs.size > 1:
-                        return int(hs[np.lexsort((hs, pen.host[hs], pen.host_band[hs]))[0]])
+                        return int(hs[lexmin((hs, pen.host[hs], pen.host_band[hs]))])
                     return int(hs[0])
     return whole_host_for(cap, need, n, HostOrder.COVER, cpu, mem)
 
