@@ -29,9 +29,12 @@ def lexmin(keys: tuple[npt.NDArray[np.generic], ...]) -> int:
     before it, and so on, then by the lowest position (lexsort is stable). The keys hold no NaN. A placer
     wants only the best of thousands of candidates; narrowing key by key touches a few of them after the
     first key or two."""
-    pos = None
-    for key in reversed(keys):
-        k = key if pos is None else key[pos]
+    pos: IntArray | None = None
+    for i in range(len(keys) - 1, -1, -1):
+        k = keys[i] if pos is None else keys[i][pos]
+        if i == 0:  # the last key to break ties: its first minimum (argmin's) is lexsort's first
+            j = int(np.argmin(k))
+            return j if pos is None else int(pos[j])
         hit = np.flatnonzero(k == k.min())
         pos = hit if pos is None else pos[hit]
         if pos.size == 1:
@@ -299,22 +302,19 @@ def share_gpu_on(cap: Capacity, need: Need, hosts: IntArray, how: HostOrder) -> 
     if r.size == 0:
         return None
     h = hosts[r]
+    pen = cap.penalties
     if how is HostOrder.FIRST:
         i = 0
+    elif not pen.any:
+        # Every penalty is zero: the keys below without the penalty terms (constant keys order nothing).
+        i = lexmin((c, h, -fm[r, c])) if how is HostOrder.LOOSE else lexmin((c, h, fg[r, c], fm[r, c]))
     elif how is HostOrder.LOOSE:
-        i = lexmin((c, h, cap.penalties.gpu[h, c], -fm[r, c]))
+        i = lexmin((c, h, pen.gpu[h, c], -fm[r, c]))
     else:
         # Best fit: the GPU left with the least free compute (then memory) after the share.
-        keys: tuple[npt.NDArray[np.generic], ...] = (
-            c,
-            h,
-            cap.penalties.gpu[h, c],
-            fg[r, c],
-            fm[r, c],
-            cap.penalties.host_band[h],
-        )
+        keys: tuple[npt.NDArray[np.generic], ...] = (c, h, pen.gpu[h, c], fg[r, c], fm[r, c], pen.host_band[h])
         if need.realtime:
-            keys = (*keys, cap.penalties.gpu[h, c])
+            keys = (*keys, pen.gpu[h, c])
         i = lexmin(keys)
     return int(h[i]), int(c[i])
 
