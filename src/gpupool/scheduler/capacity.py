@@ -47,6 +47,7 @@ class Capacity:
 
     __slots__ = (
         "G",
+        "_hist_flat",
         "_journal",
         "_level_ids",
         "cpu_free",
@@ -92,6 +93,7 @@ class Capacity:
             flat = np.bincount(lv.ids * width + self.free_whole, minlength=lv.count * width)
             self.hist.append(flat.reshape(lv.count, width).astype(np.int64))
             self.free_sum.append(np.bincount(lv.ids, weights=self.free_whole, minlength=lv.count).astype(np.int64))
+        self._hist_flat = [hist.reshape(-1) for hist in self.hist]  # views: the same counts, one index each
         self.kcount: IntArray = np.bincount(self.free_whole, minlength=width).astype(np.int64)
         self.free_total = int(self.free_whole.sum())  # whole free GPUs in all: asked before every placement try
         self.penalties = penalties
@@ -101,23 +103,30 @@ class Capacity:
     # ---------------------------------------------------------------- changes
 
     def take(self, h: int, gpus: list[int], milli: int, gpu_memory_mib: int, cpu: int, memory_mib: int) -> None:
-        """Give ``milli`` and ``gpu_memory_mib`` of each listed GPU (whole GPUs: 1000 and 0) and CPU/memory."""
-        self._journal.append(
-            (h, self.free_milli[h].copy(), self.free_mem[h].copy(), int(self.cpu_free[h]), int(self.mem_free[h]))
-        )
+        """Give ``milli`` and ``gpu_memory_mib`` of each listed GPU (whole GPUs: 1000 and 0) and CPU/memory.
+        (Called once per task placed: a host's row is read as a list and written element by element, which
+        for a handful of GPUs costs a fraction of NumPy's fancy indexing.)"""
+        fm, fg = self.free_milli[h], self.free_mem[h]
+        self._journal.append((h, fm.copy(), fg.copy(), int(self.cpu_free[h]), int(self.mem_free[h])))
         self.cpu_free[h] -= cpu
         self.mem_free[h] -= memory_mib
-        if milli >= MILLI_PER_GPU and gpu_memory_mib == 0 and bool(self.whole[h, gpus].all()):
-            # Whole GPUs that were whole: the row's counts change by len(gpus); no row scan needed.
-            self.free_milli[h, gpus] = 0
-            self.free_mem[h, gpus] = 0
-            self.whole[h, gpus] = False
-            self.part_milli[h] = max(int(self.part_milli[h]), 0)
-            self.part_mem[h] = max(int(self.part_mem[h]), 0)
-            self._recount(h, int(self.free_whole[h]) - len(gpus))
-            return
-        self.free_milli[h, gpus] -= milli
-        self.free_mem[h, gpus] -= gpu_memory_mib
+        if milli >= MILLI_PER_GPU and gpu_memory_mib == 0:
+            row = self.whole[h]
+            bits = row.tolist()
+            if all(bits[g] for g in gpus):
+                # Whole GPUs that were whole: the row's counts change by len(gpus); no row scan needed.
+                for g in gpus:
+                    fm[g] = 0
+                    fg[g] = 0
+                    row[g] = False
+                if self.part_milli[h] < 0:
+                    self.part_milli[h] = 0
+                if self.part_mem[h] < 0:
+                    self.part_mem[h] = 0
+                self._recount(h, int(self.free_whole[h]) - len(gpus))
+                return
+        fm[gpus] -= milli
+        fg[gpus] -= gpu_memory_mib
         self._refresh(h)
 
     def give(self, h: int, gpus: list[int], milli: int, gpu_memory_mib: int, cpu: int, memory_mib: int) -> None:
@@ -176,10 +185,12 @@ class Capacity:
         self.kcount[k_new] += 1
         delta = k_new - k_old
         self.free_total += delta
-        for ids, hist, free in zip(self._level_ids, self.hist, self.free_sum, strict=True):
-            d = ids[h]
-            hist[d, k_old] -= 1
-            hist[d, k_new] += 1
+        width = self.G + 1
+        for ids, flat, free in zip(self._level_ids, self._hist_flat, self.free_sum, strict=True):
+            d = int(ids[h])
+            at = d * width
+            flat[at + k_old] -= 1  # hist[d, k_old], through the flat view: one index, not a tuple
+            flat[at + k_new] += 1
             free[d] += delta
 
     # ---------------------------------------------------------------- queries

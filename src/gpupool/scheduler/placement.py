@@ -35,7 +35,7 @@ def lexmin(keys: tuple[npt.NDArray[np.generic], ...]) -> int:
         if i == 0:  # the last key to break ties: its first minimum (argmin's) is lexsort's first
             j = int(np.argmin(k))
             return j if pos is None else int(pos[j])
-        hit = np.flatnonzero(k == k.min())
+        hit = np.flatnonzero(k == k[k.argmin()])  # argmin: a C method (min() goes through Python first)
         pos = hit if pos is None else pos[hit]
         if pos.size == 1:
             break

@@ -8,7 +8,7 @@ and returns the picks, or leaves the capacity as it found it and returns None. I
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from types import MappingProxyType
 from typing import Protocol
@@ -48,11 +48,13 @@ class CycleContext:
     all_hosts: IntArray
     max_domains_tried: int
     mix: WorkloadMix | None
+    # Position of the leaf level: the finest multi-host level every fabric has (asked per placement).
+    first_level: int = field(init=False)
 
-    @property
-    def first_level(self) -> int:
-        """Position of the leaf level: the finest multi-host level every fabric has."""
-        return next(i for i, lv in enumerate(self.index.levels) if lv.domain == Domain.LEAF)
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "first_level", next(i for i, lv in enumerate(self.index.levels) if lv.domain == Domain.LEAF)
+        )
 
 
 class Placer(Protocol):
