@@ -25,9 +25,9 @@ BoolArray = npt.NDArray[np.bool_]
 _JournalEntry = tuple[int, IntArray, IntArray, int, int]
 
 
-def _usable(snapshot: ClusterSnapshot) -> tuple[BoolArray, BoolArray, IntArray]:
-    """Hosts up, usable GPUs and their full memory: fixed while node states and grades are, so remembered in
-    the snapshot's memo (read-only: every cycle of the memo shares them)."""
+def _usable(snapshot: ClusterSnapshot) -> tuple[BoolArray, BoolArray, IntArray, IntArray]:
+    """Hosts up, usable GPUs, their full memory and how many each host has: fixed while node states and grades
+    are, so remembered in the snapshot's memo (read-only: every cycle of the memo shares them)."""
     got = snapshot.memo.get("capacity.usable")
     if isinstance(got, tuple):
         return got
@@ -35,9 +35,10 @@ def _usable(snapshot: ClusterSnapshot) -> tuple[BoolArray, BoolArray, IntArray]:
     up: BoolArray = snapshot.node_state == NODE_UP
     usable: BoolArray = ix.gpu_exists & (snapshot.gpu_grade < int(HealthGrade.BAD)) & up[:, None]
     full_mem: IntArray = np.where(usable, ix.gpu_memory_mib, 0)
-    for a in (up, usable, full_mem):
+    per_host: IntArray = usable.sum(axis=1)
+    for a in (up, usable, full_mem, per_host):
         a.setflags(write=False)
-    out = (up, usable, full_mem)
+    out = (up, usable, full_mem, per_host)
     snapshot.memo.put("capacity.usable", out)
     return out
 
@@ -66,6 +67,7 @@ class Capacity:
         "penalties",
         "releases",
         "usable",
+        "usable_gpus",
         "whole",
     )
 
@@ -73,8 +75,9 @@ class Capacity:
         ix: FabricIndex = snapshot.index
         self.index = ix
         self.G = ix.max_gpus
-        up, usable, full_mem = _usable(snapshot)
+        up, usable, full_mem, usable_gpus = _usable(snapshot)
         self.usable: BoolArray = usable
+        self.usable_gpus: IntArray = usable_gpus  # per host
         self.full_mem: IntArray = full_mem
         self.free_milli: IntArray = np.where(usable, MILLI_PER_GPU - snapshot.gpu_used_milli, 0)
         self.free_mem: IntArray = np.where(usable, ix.gpu_memory_mib - snapshot.gpu_used_memory_mib, 0)

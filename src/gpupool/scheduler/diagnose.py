@@ -31,15 +31,15 @@ def out_of_service(cap: Capacity, need: Need) -> tuple[ReasonCode, str] | None:
     ix = cap.index
     masked = need.mask is not None
     where = " on matching hosts" if masked else ""
-    usable = cap.usable & need.mask[:, None] if need.mask is not None else cap.usable
     if need.share:
+        usable = cap.usable & need.mask[:, None] if need.mask is not None else cap.usable
         if bool((usable & (ix.gpu_memory_mib >= need.share_mem)).any()):
             return None
         return ReasonCode.UNSCHEDULABLE, (
             f"needs a share of a GPU with {need.share_mem} MiB; no GPU in service{where} has it "
             "(the others are on hosts lost, drained or without an agent, or marked bad)"
         )
-    per_host = usable.sum(axis=1)
+    per_host = np.where(need.mask, cap.usable_gpus, 0) if need.mask is not None else cap.usable_gpus
     slots = int((per_host // need.gpus).sum())
     if slots >= need.tasks:
         return None

@@ -281,14 +281,16 @@ def aligned_gang(cap: Capacity, need: Need, hosts: IntArray) -> list[TaskPick] |
 
 def share_candidates(cap: Capacity, need: Need) -> IntArray:
     """Hosts with a partly used GPU that can take the share, and room for the task's CPU and memory."""
-    ok = (cap.part_milli >= need.share_milli) & (cap.part_mem >= need.share_mem)
+    # Hosts with a partly used GPU are a few of all: find them first, then test only those (ascending still).
+    hosts = np.flatnonzero(cap.part_milli >= need.share_milli)
+    ok = cap.part_mem[hosts] >= need.share_mem
     if need.cpu:
-        ok &= cap.cpu_free >= need.cpu
+        ok &= cap.cpu_free[hosts] >= need.cpu
     if need.mem:
-        ok &= cap.mem_free >= need.mem
+        ok &= cap.mem_free[hosts] >= need.mem
     if need.mask is not None:
-        ok &= need.mask
-    return np.flatnonzero(ok)
+        ok &= need.mask[hosts]
+    return hosts[ok]
 
 
 def share_gpu_on(cap: Capacity, need: Need, hosts: IntArray, how: HostOrder) -> tuple[int, int] | None:
