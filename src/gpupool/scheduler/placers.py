@@ -213,7 +213,7 @@ def single_host(cap: Capacity, need: Need, n: int, ctx: CycleContext) -> int | N
     """The best-fit host for ``n`` GPUs, found through the per-leaf histograms when the job has no host
     constraints; an exact scan over every host otherwise (or when the histograms' hosts lack CPU)."""
     cpu, mem = need.cpu * need.tasks, need.mem * need.tasks
-    if int(cap.kcount[n:].sum()) == 0:
+    if not np.count_nonzero(cap.kcount[n:]):  # no host has n whole GPUs free (count_nonzero: C, no wrapper)
         return None
     pen = cap.penalties
     if need.mask is None and not (need.realtime and pen.any):
