@@ -24,6 +24,7 @@ from gpupool.cluster.snapshot import (
     ClusterSnapshot,
     PendingFeed,
     RunningJob,
+    RunningTable,
     SnapshotMemo,
 )
 from gpupool.domain.dependencies import TERMINAL
@@ -95,6 +96,7 @@ class ClusterState:
         self._pending: dict[str, JobSpec] = {}
         self._feed = PendingFeed()  # what entered and left ``_pending``, for readers that keep their own queue
         self._running: dict[str, RunningJob] = {}
+        self._table = RunningTable(self.index)  # ``_running`` as arrays, for snapshots (``RunningArrays``)
         # Stopped jobs' ranks whose processes may still run, per job: their GPUs count as used, so nothing is
         # placed on them before their agents confirm the processes gone (``RanksReleased``).
         self._releasing: dict[str, Allocation] = {}
@@ -139,6 +141,8 @@ class ClusterState:
             state._jobs[job_id] = JobState.PLACED if r.started_at_s is None else JobState.RUNNING
             state._specs[job_id] = r.spec
         state._running = dict(snap.running)
+        for r in state._running.values():
+            state._table.add(r)
         for spec in snap.pending:
             state._jobs[spec.job_id] = JobState.PENDING
             state._specs[spec.job_id] = spec
@@ -206,10 +210,12 @@ class ClusterState:
                 self._running[alloc.job_id] = RunningJob(
                     spec, alloc, at, preemptions=self._preempted.get(alloc.job_id, 0)
                 )
+                self._table.add(self._running[alloc.job_id])
             case JobStarted(job_id=job_id, at_s=at):
                 self._job_to(job_id, JobState.RUNNING)
                 r = self._running[job_id]
                 self._running[job_id] = replace(r, started_at_s=at)
+                self._table.started(job_id, at)
             case RanksReleasing(allocation=alloc):
                 # No capacity or node check: the GPUs were the job's a moment ago (or are on a lost node,
                 # fenced until it recovers); what they hold is added back, whatever else changed since.
@@ -353,6 +359,7 @@ class ClusterState:
             memo=self._memo,
             pending_feed=self._feed,
             pending_feed_at=len(self._feed.entries),
+            running_table=self._table.arrays(),
         )
         return self._snap
 
@@ -467,6 +474,7 @@ class ClusterState:
 
     def _end(self, job_id: str, at_s: float, *, requeue: bool) -> None:
         r = self._running.pop(job_id)
+        self._table.remove(job_id)
         self._give_back(r.allocation)
         if r.started_at_s is not None:
             service = max(0.0, at_s - r.started_at_s) * r.gpu_milli / MILLI_PER_GPU

@@ -20,14 +20,12 @@ scope, so placement, reservations, preemption and the reason it waits all see th
 
 from __future__ import annotations
 
-from itertools import compress
-
 import numpy as np
 import numpy.typing as npt
 
 from gpupool.cluster.index import Level
 from gpupool.cluster.snapshot import ClusterSnapshot
-from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec, Scope, TopologyMode, TopologyRequirement
+from gpupool.domain.jobs import JobSpec, Scope, TopologyMode, TopologyRequirement
 from gpupool.fabric.model import Domain
 
 IntArray = npt.NDArray[np.int64]
@@ -108,27 +106,14 @@ class TopologyWait:
     def _future_free(self) -> IntArray:
         """Whole GPUs free per host once the jobs expected to end within ``wait_s`` have ended. A job is expected
         to end at start + estimate while within it; past its estimate or without one, at now + its runtime so
-        far (attained service as the predictor of what is left). Every running job's end is compared at once;
-        then one pass over the whole-GPU tasks of those that end."""
+        far (attained service as the predictor of what is left). From the snapshot's running arrays: every
+        job's end compared at once, their whole-GPU tasks summed per host at once."""
         if self._future is None:
-            now = self.now
-            run = list(self.snapshot.running.values())
-            n = len(run)
-            start = np.fromiter(
-                (r.placed_at_s if r.started_at_s is None else r.started_at_s for r in run), np.float64, n
-            )
-            est = np.fromiter((np.nan if (e := r.spec.estimated_runtime_s) is None else e for r in run), np.float64, n)
-            age = np.maximum(now - start, 0.0)
-            # soon_end: start + estimate while within it (NaN, no estimate, compares False), else now + age
-            ends = np.where(est > age, start + est, now + age) <= now + self.wait_s
-            host_ix = self.snapshot.index.fabric.host_index
-            hosts: list[int] = []
-            gpus: list[int] = []
-            for r in compress(run, ends.tolist()):
-                for task in r.allocation.tasks:
-                    if task.milli_gpu >= MILLI_PER_GPU:
-                        hosts.append(host_ix(task.host))
-                        gpus.append(len(task.gpus))
-            ended = np.bincount(np.array(hosts, dtype=np.int64), weights=gpus, minlength=self.free0.size)
+            now, run = self.now, self.snapshot.running_arrays()
+            age = np.maximum(now - run.start_s, 0.0)
+            # The estimate while within it (NaN, no estimate, compares False), else the runtime so far again.
+            ends = np.where(run.estimate_s > age, run.start_s + run.estimate_s, now + age) <= now + self.wait_s
+            ending = (run.alive & ends)[run.task_slot]
+            ended = np.bincount(run.task_host[ending], weights=run.task_gpus[ending], minlength=self.free0.size)
             self._future = self.free0 + ended.astype(np.int64)
         return self._future
