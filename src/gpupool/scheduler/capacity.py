@@ -15,7 +15,7 @@ import numpy.typing as npt
 from gpupool.cluster.index import FabricIndex
 from gpupool.cluster.snapshot import NODE_UP, ClusterSnapshot
 from gpupool.domain.events import HealthGrade
-from gpupool.domain.jobs import MILLI_PER_GPU
+from gpupool.domain.jobs import MILLI_PER_GPU, TopologyRequirement
 from gpupool.scheduler.telemetry import Penalties
 
 IntArray = npt.NDArray[np.int64]
@@ -62,6 +62,7 @@ class Capacity:
         "index",
         "kcount",
         "mem_free",
+        "need_levels",
         "part_mem",
         "part_milli",
         "penalties",
@@ -100,6 +101,7 @@ class Capacity:
         self.kcount: IntArray = np.bincount(self.free_whole, minlength=width).astype(np.int64)
         self.free_total = int(self.free_whole.sum())  # whole free GPUs in all: asked before every placement try
         self.penalties = penalties
+        self.need_levels: dict[TopologyRequirement, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # placement._levels
         self._journal: list[_JournalEntry] = []
         self.releases = 0  # to bump when capacity grows inside a cycle (preemption), so cached refusals drop
 

@@ -13,7 +13,7 @@ from enum import Enum
 import numpy as np
 import numpy.typing as npt
 
-from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec, PriorityClass, Scope
+from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec, PriorityClass, Scope, TopologyRequirement
 from gpupool.fabric.model import Domain
 from gpupool.scheduler.capacity import Capacity
 
@@ -88,17 +88,8 @@ class Need:
 
 
 def make_need(job: JobSpec, cap: Capacity, mask: BoolArray | None) -> Need:
-    ix = cap.index
-    all_levels = [i for i, lv in enumerate(ix.levels) if not lv.same_as_previous]
-    scope = job.topology.scope
-    scope_levels: list[int] = []
-    if scope is Scope.NVLINK:
-        scope_levels = [i for i in all_levels if ix.levels[i].domain == Domain.NVLINK]
-    elif scope is not Scope.ANY:
-        top = _SCOPE_DOMAIN[scope]
-        scope_levels = [i for i in all_levels if Domain.LEAF <= ix.levels[i].domain <= top]
+    levels, scope_levels = _levels(cap, job.topology)
     required = job.topology.required
-    levels = tuple(scope_levels) if required else tuple(all_levels)
     share = job.share
     return Need(
         job=job,
@@ -110,10 +101,30 @@ def make_need(job: JobSpec, cap: Capacity, mask: BoolArray | None) -> Need:
         share_mem=share.memory_mib if share else 0,
         mask=mask,
         levels=levels,
-        scope_levels=tuple(scope_levels),
+        scope_levels=scope_levels,
         required=required,
         realtime=job.priority >= PriorityClass.REALTIME,
     )
+
+
+def _levels(cap: Capacity, topology: TopologyRequirement) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The levels a gang of ``topology`` may use and its scope's levels (``Need.levels``, ``scope_levels``):
+    the index's alone decide them, so they are worked out once per topology in a cycle (``Capacity.need_levels``)."""
+    got = cap.need_levels.get(topology)
+    if got is not None:
+        return got
+    ix = cap.index
+    all_levels = [i for i, lv in enumerate(ix.levels) if not lv.same_as_previous]
+    scope = topology.scope
+    scope_levels: list[int] = []
+    if scope is Scope.NVLINK:
+        scope_levels = [i for i in all_levels if ix.levels[i].domain == Domain.NVLINK]
+    elif scope is not Scope.ANY:
+        top = _SCOPE_DOMAIN[scope]
+        scope_levels = [i for i in all_levels if Domain.LEAF <= ix.levels[i].domain <= top]
+    levels = tuple(scope_levels) if topology.required else tuple(all_levels)
+    got = cap.need_levels[topology] = (levels, tuple(scope_levels))
+    return got
 
 
 # ------------------------------------------------------------------ host orders

@@ -225,9 +225,9 @@ def single_host(cap: Capacity, need: Need, n: int, ctx: CycleContext) -> int | N
             if cap.kcount[k] == 0:
                 continue
             doms = np.flatnonzero(hist[:, k])
-            keys = (
-                (doms, pen.domain[li][doms], free[doms], pen.domain_band[li][doms]) if pen.any else (doms, free[doms])
-            )
+            # By band, free GPUs, penalty, then domain id: the ids ascend, so their order is the positions' (the
+            # sort's last tie-break), and without penalties the free GPUs alone order the domains.
+            keys = (pen.domain[li][doms], free[doms], pen.domain_band[li][doms]) if pen.any else (free[doms],)
             for d in islice(lexorder(doms, keys), ctx.max_domains_tried):
                 hs = lv.hosts(int(d))
                 hs = hs[cap.free_whole[hs] == k]
