@@ -15,6 +15,7 @@ move much less from run to run, so compare versions on them (and on alternating 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -100,6 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         "--sharing", action="store_true", help="quotas for 4 tenants in a cohort and a day/night pool calendar"
     )
     ap.add_argument("--profile", default="", help="write a cProfile of the cycles to this path")
+    ap.add_argument(
+        "--digest",
+        action="store_true",
+        help="add a SHA-256 of every cycle's result (placements, every waiting job's reason and sentence, the rest): "
+        "two versions that place alike print the same (read outside the timed calls)",
+    )
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     sus = max(1, -(-(args.hosts + 1) // 32))
@@ -132,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     apply_s = 0.0
     placements = 0
     prof = None
+    digest = hashlib.sha256() if args.digest else None
     if args.profile:
         import cProfile
 
@@ -151,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         cycle_cpu_s.append(time.process_time() - c)
         if prof:
             prof.disable()
+        if digest is not None:
+            parts = (result.placements, tuple(result.waiting), result.preemptions, result.signals, result.endings)
+            digest.update(repr(parts).encode())
         t = time.perf_counter()
         for alloc in result.placements:
             state.apply(JobPlaced(alloc, 0.0))
@@ -195,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         "python": sys.version.split()[0],
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
+    if digest is not None:
+        out["digest"] = digest.hexdigest()[:16]
     print(json.dumps(out))
     return 0
 
