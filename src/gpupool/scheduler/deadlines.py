@@ -33,6 +33,8 @@ from gpupool.scheduler.types import CycleInputs, SharingPolicy
 # Slack (seconds) under which a deadline job is at risk whatever its runtime: several of the gaps between the
 # cycles that consider a waiting job on a busy cluster (a few seconds each in Chronus MIX1 on 960 GPUs).
 AT_RISK_MIN_S = 30.0
+# A restart's stop, relaunch and checkpoint load (the simulator's default restart overhead).
+RESTART_S = 60.0
 
 
 def at_risk(slack_s: float, runtime_s: float, share: float) -> bool:

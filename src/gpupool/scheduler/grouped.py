@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.scheduler.cyclestate import UNDIAGNOSED, Ask, Cycle, Wide
-from gpupool.scheduler.deadlines import at_risk_each
+from gpupool.scheduler.deadlines import AT_RISK_MIN_S, RESTART_S, at_risk_each
 from gpupool.scheduler.diagnose import diagnose
 from gpupool.scheduler.placement import make_need
 from gpupool.scheduler.refusals import Diagnosis, monotone
@@ -87,10 +87,10 @@ class _Bounds:
         self.all = pre.by_service
         running = cy.request.snapshot.running.values()
         ok = [r.spec for r in running if r.spec.preemptible and r.runtime_s(now) >= pre.min_runtime_s]
-        # PRIORITY: a preemptible job of a lower class, old enough; DEADLINE (at risk): one without a deadline,
-        # not higher, however young (``stages.candidates``).
+        # PRIORITY: a preemptible job of a lower class, old enough; DEADLINE (at risk): one not higher, however
+        # young, without a deadline or (``stages.restartable``) with one it still meets after a restart.
         self.above = min((int(s.priority) for s in ok), default=None) if pre.by_priority else None
-        young = (r.spec for r in running if r.spec.preemptible and r.spec.deadline_s is None)
+        young = (r.spec for r in running if r.spec.preemptible)
         self.risk_from = min((int(s.priority) for s in young), default=None)
 
 
@@ -120,7 +120,7 @@ class _Track:
         "visited",
     )
 
-    def __init__(self, cy: Cycle, g: QueueGroup, bounds: _Bounds | None) -> None:
+    def __init__(self, cy: Cycle, g: QueueGroup, bounds: _Bounds | None, restarts: bool = False) -> None:
         self.g, self.n = g, len(g.jobs)
         self.cursor = self.gen = self.placed = 0
         self.placed_at: list[int] = []  # jobs placed, by index
@@ -136,9 +136,11 @@ class _Track:
         self.adm: IntArray | None = None  # admissible jobs not in ``always`` (None: every job)
         self.always: IntArray | None = None  # jobs visited whatever is known (None: none)
         if (cy.admits and cy.sh.deadline_admission) or bounds is not None or cy.reservations:
-            self._numbers(cy, bounds)
+            self._numbers(cy, bounds, restarts)
 
-    def _numbers(self, cy: Cycle, bounds: _Bounds | None) -> None:
+    def _numbers(self, cy: Cycle, bounds: _Bounds | None, restarts: bool = False) -> None:
+        """``restarts``: some pending job was preempted before; its admission and risk count a restart
+        (``stages.start_delay``) that the numbers do not, so every deadline job it could change is visited."""
         sh, g = cy.sh, self.g
         nums = g.numbers if g.numbers is not None else JobNumbers.of(g.jobs)
         runtime = self.runtime = np.where(np.isnan(nums.estimate_s), sh.default_runtime_s, nums.estimate_s)
@@ -150,6 +152,9 @@ class _Track:
         self.admissible = adm
         elastic = self.elastic = nums.elastic & np.isfinite(dl) & sh.deadline_admission  # ``Cycle.sizes``
         visit = elastic.copy()
+        if restarts:  # admissible ones only (below); a second more than the restart: rounding cannot leave one out
+            slack = dl - cy.now - sh.launch_latency_s - runtime
+            visit |= slack <= np.maximum(sh.deadline_at_risk * runtime, AT_RISK_MIN_S) + RESTART_S + 1.0
         if bounds is not None:
             if bounds.all:
                 visit[:] = True
@@ -240,7 +245,9 @@ def run_groups(cy: Cycle, view: QueueView) -> Waits:
     waiting, made when read."""
     cfg, groups = cy.request.config, view.groups
     bounds = _Bounds(cy) if cy.may_preempt else None
-    tracks = [_Track(cy, g, bounds) for g in groups]
+    snap = cy.request.snapshot
+    restarts = any(j not in snap.running for j in snap.preemption_count)  # pending jobs preempted before
+    tracks = [_Track(cy, g, bounds, restarts) for g in groups]
     soft: set[int] = set()  # groups whose knowledge holds only until the next change of state
     exact: dict[int, bool] = {}  # shape id -> its search is monotone
     stop: _Stop | None = None

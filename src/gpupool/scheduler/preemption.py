@@ -44,9 +44,10 @@ def candidate(
     return Candidate(running, reason, hosts, (first, lost, running.spec.job_id))
 
 
-def _give(cap: Capacity, c: Candidate) -> None:
+def give(cap: Capacity, r: RunningJob) -> None:
+    """Give back everything ``r`` holds (tentatively: the caller undoes it to a mark)."""
     ix = cap.index
-    for t in c.running.allocation.tasks:
+    for t in r.allocation.tasks:
         cap.give(ix.host_index(t.host), list(t.gpus), t.milli_gpu, t.gpu_memory_mib, t.cpu_millicores, t.memory_mib)
 
 
@@ -75,7 +76,7 @@ def _search(
     for c in cands:
         if len(chosen) >= limit:
             break
-        _give(cap, c)
+        give(cap, c.running)
         chosen.append(c)
         if (need.share or cap.total_free_whole() >= need.total) and _fits(cap, need, placer, ctx):
             found = True

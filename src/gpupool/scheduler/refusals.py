@@ -86,6 +86,7 @@ class VictimKey(NamedTuple):
     pool: str
     who: Who
     milli: int
+    restarts: bool = False  # deadline jobs that still meet theirs after a restart are candidates too
 
 
 def monotone(need: Need) -> bool:

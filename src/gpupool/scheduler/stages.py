@@ -15,14 +15,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpupool.cluster.snapshot import RunningJob
 from gpupool.domain.dependencies import Verdict, dependency_verdict
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
 from gpupool.scheduler.backfill import expected_end, reserve
 from gpupool.scheduler.cyclestate import Ask, Cycle, Wide
+from gpupool.scheduler.deadlines import AT_RISK_MIN_S, RESTART_S
 from gpupool.scheduler.deadlines import at_risk as deadline_at_risk
 from gpupool.scheduler.diagnose import diagnose, never_fits
 from gpupool.scheduler.placement import Need, TaskPick, make_need
-from gpupool.scheduler.preemption import Candidate, candidate, find_victims
+from gpupool.scheduler.preemption import Candidate, candidate, find_victims, give
 from gpupool.scheduler.quotas import job_keys
 from gpupool.scheduler.refusals import (
     LATER,
@@ -194,7 +196,7 @@ def admit(cy: Cycle, ask: Ask) -> Waiting | Ending | None:
     if (
         job.deadline_s is not None
         and cy.sh.deadline_admission
-        and now + cy.sh.launch_latency_s + ask.runtime_s > job.deadline_s
+        and now + start_delay(cy, job) + ask.runtime_s > job.deadline_s
     ):
         return infeasible(cy, job, ask.runtime_s)
     if cy.book is not None:
@@ -207,10 +209,20 @@ def admit(cy: Cycle, ask: Ask) -> Waiting | Ending | None:
 def infeasible(cy: Cycle, job: JobSpec, runtime_s: float) -> Waiting:
     """A deadline job refused by admission: placed now (``runtime_s`` at its full size) it would end late."""
     launch, dl = cy.sh.launch_latency_s, job.deadline_s
+    restart = start_delay(cy, job) - launch
+    after = f"a launch of {launch:g} s" + (f" and a restart of {restart:g} s" if restart else "")
     # No time that moves with the clock: the server stores a reason only when it changes, and a backlog of such
     # jobs would rewrite every one of them each cycle.
-    msg = f"needs {runtime_s:.0f} s after a launch of {launch:g} s, more than is left before its deadline t={dl:.0f}"
+    msg = f"needs {runtime_s:.0f} s after {after}, more than is left before its deadline t={dl:.0f}"
     return Waiting(job.job_id, ReasonCode.DEADLINE_INFEASIBLE, msg)
+
+
+def start_delay(cy: Cycle, job: JobSpec) -> float:
+    """Seconds from a deadline job's placement to its work going on: the launch, and for a job that was
+    preempted before, a restart (``deadlines.RESTART_S``: the simulated world charges it, and a deadline job
+    may now be preempted itself, ``restartable``)."""
+    restarts = job.deadline_s is not None and cy.request.snapshot.preemption_count.get(job.job_id, 0) > 0
+    return cy.sh.launch_latency_s + (RESTART_S if restarts else 0.0)
 
 
 def who(cy: Cycle, ask: Ask) -> Who | None:
@@ -228,7 +240,8 @@ def at_risk(cy: Cycle, ask: Ask) -> bool:
     dl = ask.job.deadline_s
     if dl is None:
         return False
-    return deadline_at_risk(dl - cy.now - cy.sh.launch_latency_s - ask.runtime_s, ask.runtime_s, cy.sh.deadline_at_risk)
+    slack = dl - cy.now - start_delay(cy, ask.job) - ask.runtime_s
+    return deadline_at_risk(slack, ask.runtime_s, cy.sh.deadline_at_risk)
 
 
 def reservation_key(cy: Cycle, ask: Ask) -> ReservationKey | None:
@@ -319,7 +332,7 @@ def _fits_wide(cy: Cycle, ask: Ask, wide: Wide) -> bool:
 # ---------------------------------------------------------------------------------------------- preempt
 
 
-def candidates(cy: Cycle, ask: Ask, risk: bool | None = None) -> list[Candidate]:
+def candidates(cy: Cycle, ask: Ask, risk: bool | None = None, restarts: bool = False) -> list[Candidate]:
     """Running jobs this job may preempt, each with its reason: borrowers of its pool's hosts (POOL_RECLAIM),
     borrowers of its cohort when it is within its nominal quota (QUOTA_RECLAIM), preemptible jobs of lower
     priority (PRIORITY), preemptible jobs without a deadline when it is a deadline job at risk (DEADLINE: they
@@ -372,6 +385,16 @@ def candidates(cy: Cycle, ask: Ask, risk: bool | None = None) -> list[Candidate]
             and r.spec.priority <= job.priority
         ):  # no min runtime: the youngest victims go first, they lose the least work
             reason = ReasonCode.DEADLINE
+        if (
+            reason is None
+            and risk
+            and restarts
+            and r.spec.preemptible
+            and r.spec.priority <= job.priority
+            and restartable(cy, r)
+        ):
+            out.append(candidate(r, ReasonCode.DEADLINE, cap, now, float(r.spec.priority) + 0.5))
+            continue
         if reason is None and pre.by_service and r.spec.preemptible:
             rank = cy.running_rank(r)
             if (
@@ -384,6 +407,16 @@ def candidates(cy: Cycle, ask: Ask, risk: bool | None = None) -> list[Candidate]
         if reason is not None:
             out.append(candidate(r, reason, cap, now))
     return out
+
+
+def restartable(cy: Cycle, r: RunningJob) -> bool:
+    """A running deadline job that still meets its deadline if preempted now and run again from scratch."""
+    dl = r.spec.deadline_s
+    if dl is None or r.preemptions:
+        return False
+    rt = r.spec.runtime_with(r.spec.tasks, cy.sh.default_runtime_s)
+    slack = dl - cy.now - cy.sh.launch_latency_s - RESTART_S - rt
+    return slack > max(cy.sh.deadline_at_risk * rt, AT_RISK_MIN_S)
 
 
 def preempt(cy: Cycle, ask: Ask, asker: Who | None) -> Waiting | None:
@@ -452,7 +485,7 @@ def backfill(cy: Cycle, ask: Ask, wide: Wide, asker: Who | None = None) -> Waiti
         return None
     latest = latest_start(cy, ask) if asker is not None else None
     if asker is not None and latest is not None:
-        held = deadline_reservation(cy, ask, asker, latest)
+        held = deadline_reservation(cy, ask, asker, latest) or restart_victims(cy, ask, asker)
         if held is not None:
             return held
     if not (
@@ -475,7 +508,7 @@ def latest_start(cy: Cycle, ask: Ask) -> float | None:
     dl = ask.job.deadline_s
     if dl is None or not at_risk(cy, ask):
         return None
-    return dl - cy.sh.launch_latency_s - ask.runtime_s
+    return dl - start_delay(cy, ask.job) - ask.runtime_s
 
 
 def hold(cy: Cycle, job: JobSpec, start: float, picks: Sequence[TaskPick]) -> str:
@@ -517,6 +550,59 @@ def deadline_reservation(cy: Cycle, ask: Ask, asker: Who, latest: float) -> Wait
     if victims:
         msg = f"{take(cy, job, victims).message}; {msg}"
     return Waiting(job.job_id, ReasonCode.WAITING_FOR_RESERVATION, f"to meet its deadline: {msg}")
+
+
+def restart_victims(cy: Cycle, ask: Ask, asker: Who) -> Waiting | None:
+    """The last resort of a deadline job at risk that neither fits by preempting jobs without a deadline nor
+    holds a deadline reservation by its latest start: preempt, besides those, running deadline jobs that
+    still meet their own deadlines if restarted from scratch (``restartable``), so that it fits now."""
+    job, seen = ask.job, cy.seen
+    key = VictimKey(ask.shape, job.pool, asker._replace(at_risk=True), job.gpu_milli, restarts=True)
+    if seen.holds(seen.no_victims, key):
+        return None
+    cands = candidates(cy, ask, risk=True, restarts=True)
+    victims = None
+    if any(c.running.spec.deadline_s is not None for c in cands):
+        need = make_need(job, cy.cap, ask.base)
+        victims = find_victims(cy.cap, need, cy.placer, cy.ctx, cands, cy.sh.preemption.max_victims_per_job)
+        if victims and not _placed_again(cy, need, victims, cands):
+            victims = None
+    if not victims:
+        seen.note(seen.no_victims, key)
+        return None
+    seen.bump()
+    return take(cy, job, victims)
+
+
+def _placed_again(cy: Cycle, need: Need, victims: Sequence[Candidate], cands: Sequence[Candidate]) -> bool:
+    """Whether, once ``victims`` are gone and ``need`` took their room, every deadline job among them can be
+    placed again by its latest start (its restart counted): by the running jobs' expected ends, counting as
+    gone now the jobs without a deadline it may preempt once at risk (the candidates not taken, of no higher
+    priority than it). Each is asked alone; the job placed for ``need`` is not counted on to end."""
+    cap, placer, ctx, now = cy.cap, cy.placer, cy.ctx, cy.now
+    mark = cap.mark()
+    try:
+        for v in victims:
+            give(cap, v.running)
+        if placer.place(cap, need, ctx) is None:
+            return False
+        gone = {v.running.spec.job_id for v in victims}
+        free = [c.running for c in cands if c.running.spec.deadline_s is None and c.running.spec.job_id not in gone]
+        gone.update(r.spec.job_id for r in free)
+        ends = [e for e in cy.ends() if e[1].spec.job_id not in gone]
+        for v in victims:
+            back, dl = v.running.spec, v.running.spec.deadline_s
+            if dl is None:
+                continue
+            spec = cy.placed_as(back)
+            latest = dl - cy.sh.launch_latency_s - RESTART_S - spec.runtime_with(spec.tasks, cy.sh.default_runtime_s)
+            mine = [r for r in free if r.spec.priority <= back.priority]
+            again = make_need(spec, cap, cy.mask(spec)[1])
+            if not cy.fits(again) and reserve(cap, again, placer, ctx, ends, mine, now, latest) is None:
+                return False
+        return True
+    finally:
+        cap.undo(mark)
 
 
 def _reserve_memo(

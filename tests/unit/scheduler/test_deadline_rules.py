@@ -3,14 +3,16 @@ deadline, and the default order (``srt``) serves deadline jobs by their latest s
 
 from __future__ import annotations
 
+import dataclasses
+
 from sched_builders import make_fabric, make_job
 from test_sharing_rules import go, reasons, start
 
 from gpupool.cluster import ClusterState
-from gpupool.domain.events import JobPreempted
+from gpupool.domain.events import JobPreempted, JobSubmitted
 from gpupool.domain.jobs import JobSpec
 from gpupool.scheduler import ReasonCode, SchedulerConfig, ScheduleRequest, SharingPolicy
-from gpupool.scheduler.deadlines import AT_RISK_MIN_S, Verdict, admit
+from gpupool.scheduler.deadlines import AT_RISK_MIN_S, RESTART_S, Verdict, admit
 from gpupool.scheduler.policies import get_policy, order
 from gpupool.scheduler.settings import SchedulerSettings, sharing_policy
 
@@ -153,3 +155,84 @@ def test_no_deadline_reservation_that_would_start_after_the_latest_start() -> No
     r = go(state, [dl], 80.0, sharing_policy(SchedulerSettings()), policy="srt")
     assert r.preemptions == ()
     assert [(v.job_id, v.start_s) for v in r.reservations] == [("dl", 10_000.0)]  # EASY's, from the estimates
+
+
+def _strict_on_both_hosts(
+    s_deadline: float, *, be2_preemptible: bool = True, s_restarted: bool = False
+) -> ClusterState:
+    """Two 8-GPU hosts under one leaf, each half strict, half best effort, all preemptible: host 0 runs "s"
+    (4 GPUs to t=1,000, deadline ``s_deadline``) and "be" (to t=10,000); host 1 "keep" (4 GPUs to t=1,000,
+    deadline t=1,100: no time for a restart) and "be2" (to t=10,000). ``s_restarted``: "s" was preempted once
+    at t=5 and placed again at once."""
+    state = ClusterState(make_fabric(1, 2))
+    jobs = [
+        make_job("s", gpus=4, estimated_runtime_s=1000.0, deadline_s=s_deadline, preemptible=True),
+        make_job("be", gpus=4, t=1.0, estimated_runtime_s=10_000.0, preemptible=True),
+        make_job("keep", gpus=4, t=2.0, estimated_runtime_s=1000.0, deadline_s=1100.0, preemptible=True),
+        make_job("be2", gpus=4, t=3.0, estimated_runtime_s=10_000.0, preemptible=be2_preemptible),
+    ]
+    start(state, go(state, jobs, 0.0, SharingPolicy(), placer="first-fit", policy="fifo"), jobs, 0.0)
+    if s_restarted:
+        state.apply(JobPreempted("s", 5.0))
+        start(state, go(state, jobs[:1], 5.0, SharingPolicy(), placer="first-fit"), jobs, 5.0)
+    hosts = {j: r.allocation.tasks[0].host for j, r in state.snapshot().running.items()}
+    assert hosts["s"] == hosts["be"] != hosts["keep"] == hosts["be2"]
+    return state
+
+
+# 8 GPUs at t=80, 25 s to spare: at risk. No host can be made whole by taking best-effort jobs alone (a strict
+# job runs on each until t=1,000, after its latest start, t=105).
+_WHOLE_HOST = make_job("dl", gpus=8, t=79.0, estimated_runtime_s=100.0, deadline_s=205.4)
+
+
+def test_an_at_risk_deadline_job_preempts_a_strict_job_that_still_meets_its_deadline_after_a_restart() -> None:
+    """ "s" has 1,859.6 s to spare if restarted now (60 s restart, its whole 1,000 s again) and can go back at
+    once on host 1, in the room "be2" (best effort) holds: the job at risk takes host 0 from "s" and "be".
+    "keep" (no time for a restart) is never a victim. Without the rule it waits for t=1,000 and misses (Chronus
+    MIX1 jobs 14887, 26967, 15565, 27881: every host ran a strict job)."""
+    sh = sharing_policy(SchedulerSettings())
+    r = go(_strict_on_both_hosts(3000.0), [_WHOLE_HOST], 80.0, sh, policy="srt")
+    assert sorted((p.job_id, p.reason) for p in r.preemptions) == [
+        ("be", ReasonCode.DEADLINE),
+        ("s", ReasonCode.DEADLINE),
+    ]
+    assert reasons(r)["dl"] is ReasonCode.PREEMPTING
+
+
+def test_no_strict_victim_that_would_miss_after_a_restart_could_not_go_back_in_time_or_was_restarted_before() -> None:
+    sh = sharing_policy(SchedulerSettings())
+    # 1,100 - 80 - 0.4 - 60 - 1,000 < 0: restarted, "s" would miss.
+    assert go(_strict_on_both_hosts(1100.0), [_WHOLE_HOST], 80.0, sh, policy="srt").preemptions == ()
+    # Time for a restart (latest start again t=839.6), but no room for it by then: "be2" is not preemptible and
+    # "keep" ends at t=1,000. With "be2" preemptible it goes back on its GPUs.
+    assert (
+        go(_strict_on_both_hosts(1900.0, be2_preemptible=False), [_WHOLE_HOST], 80.0, sh, policy="srt").preemptions
+        == ()
+    )
+    assert go(_strict_on_both_hosts(1900.0), [_WHOLE_HOST], 80.0, sh, policy="srt").preemptions != ()
+    # Preempted once already: a deadline job restarts at most once for another's sake.
+    assert go(_strict_on_both_hosts(3000.0, s_restarted=True), [_WHOLE_HOST], 80.0, sh, policy="srt").preemptions == ()
+
+
+def test_a_deadline_job_preempted_before_counts_its_restart() -> None:
+    """Placed again, a preempted job pays a restart (``RESTART_S``) before its work goes on: admission and the
+    at-risk test count it. With 30 s to spare by the launch alone, a restarted job cannot make it; with 80 s it
+    is at risk (20 s left after the restart) and preempts, where a fresh job with the same numbers waits."""
+    assert RESTART_S == 60.0
+    sh = sharing_policy(SchedulerSettings())
+    job = make_job("r", gpus=8, estimated_runtime_s=100.0, deadline_s=10.0 + 0.4 + 100.0 + 30.0)
+    state = ClusterState(make_fabric(1, 1))
+    start(state, go(state, [job], 0.0, sh), [job], 0.0)
+    state.apply(JobPreempted("r", 10.0))
+    (w,) = go(state, [job], 10.0, sh).waiting
+    assert w.reason is ReasonCode.DEADLINE_INFEASIBLE
+    assert "after a launch of 0.4 s and a restart of 60 s" in w.message
+    fresh = dataclasses.replace(job, job_id="f")
+    assert [a.job_id for a in go(state, [fresh], 10.0, sh).placements] == ["f"]
+
+    roomy = dataclasses.replace(job, deadline_s=10.0 + 0.4 + 100.0 + 80.0)
+    be = make_job("be", gpus=8, preemptible=True)
+    state.apply(JobSubmitted(be, 10.0))
+    start(state, go(state, [be], 10.0, sh), [be], 10.0)
+    assert [p.job_id for p in go(state, [roomy], 10.0, sh, policy="srt").preemptions] == ["be"]
+    assert go(state, [dataclasses.replace(roomy, job_id="f")], 10.0, sh, policy="srt").preemptions == ()

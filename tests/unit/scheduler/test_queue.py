@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from heapq import merge
+from types import MappingProxyType
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -228,13 +229,15 @@ def _timed(job: JobSpec, draw: st.DrawFn, now: float, *, elastic: bool) -> JobSp
 
 @st.composite
 def _busy(draw: st.DrawFn, fab_key: str) -> ClusterState:
-    """A cluster with running jobs that have estimates (so EASY reserves) and some that are preemptible."""
+    """A cluster with running jobs that have estimates (so EASY reserves), some that are preemptible, and some
+    with deadlines (a deadline job at risk may preempt one that still meets its own after a restart)."""
     state = ClusterState(INDEXES[fab_key])
     pre = [
         dataclasses.replace(
             j,
             estimated_runtime_s=draw(st.sampled_from([None, 500.0, 2000.0])),
             preemptible=draw(st.booleans()),
+            deadline_s=draw(st.sampled_from([None, None, 1500.0, 4000.0])),
         )
         for j in draw(jobs("pre", 10))
     ]
@@ -278,7 +281,11 @@ def test_the_default_settings_decide_from_the_kept_queue_as_job_by_job(
     cfg, sharing = scheduler_config(s), sharing_policy(s)
     index = QueueIndex(policy)
     index.reset(pending)
-    plain = ScheduleRequest(state.snapshot(), tuple(pending), now, cfg, sharing)
+    # Some were preempted before: their deadlines count a restart, which the queue's numbers do not.
+    again = data.draw(st.lists(st.booleans(), min_size=len(pending), max_size=len(pending)))
+    restarted = MappingProxyType({j.job_id: 1 for j, a in zip(pending, again, strict=True) if a})
+    snap = dataclasses.replace(state.snapshot(), preemption_count=restarted)
+    plain = ScheduleRequest(snap, tuple(pending), now, cfg, sharing)
     kept = dataclasses.replace(plain, queue=index.view())
     got, want, fresh = schedule(kept), schedule(plain), schedule(plain, remember_refusals=False)
     assert len(got.waiting) == len(want.waiting)
