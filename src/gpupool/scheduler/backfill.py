@@ -7,7 +7,7 @@ traces without estimates (ITP cluster05, FIFO with EASY: 3.54x the bound against
 estimate anywhere, no reservation is made and the queue is served as without backfill). Ends are released in time order on
 the cycle's capacity arrays until the placer finds room for the blocked job; the hosts it would take from
 that moment are its reservation (a deadline job at risk may count jobs it would preempt as ending now:
-``stages.deadline_reservation``). Everything is undone afterwards. A later job may use a reserved host only
+``taking.deadline_reservation``). Everything is undone afterwards. A later job may use a reserved host only
 if it is expected to end by the reservation's start (EASY keeps one reservation, conservative several).
 """
 

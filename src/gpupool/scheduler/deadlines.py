@@ -33,7 +33,9 @@ from gpupool.scheduler.types import CycleInputs, SharingPolicy
 # Slack (seconds) under which a deadline job is at risk whatever its runtime: several of the gaps between the
 # cycles that consider a waiting job on a busy cluster (a few seconds each in Chronus MIX1 on 960 GPUs).
 AT_RISK_MIN_S = 30.0
-# A restart's stop, relaunch and checkpoint load (the simulator's default restart overhead).
+# What a restart costs before a preempted job's work goes on (stop, relaunch, checkpoint load): the deadline
+# tests of a job preempted before count it (``taking.start_delay``), the elastic planner charges it for a
+# resize, and the simulated world charges it by default.
 RESTART_S = 60.0
 
 
@@ -105,6 +107,9 @@ def admit(
         free -= g
         heapq.heappush(ends, (t + q.runtime_with(q.tasks, config.default_runtime_s), g))
     best: tuple[float, int] | None = None
+    # A deadline job preempted before pays a restart when placed again (``taking.start_delay``).
+    restarts = job.deadline_s is not None and snapshot.preemption_count.get(job.job_id, 0) > 0
+    delay = config.launch_latency_s + (RESTART_S if restarts else 0.0)
     for k in range(job.tasks, job.fewest_tasks - 1, -1):
         g = _gpus(job, k)
         if g > capacity:
@@ -114,7 +119,7 @@ def admit(
         while f < g and pending:
             t_end, back = heapq.heappop(pending)
             tt, f = max(tt, t_end), f + back
-        finish = tt + config.launch_latency_s + job.runtime_with(k, config.default_runtime_s)
+        finish = tt + delay + job.runtime_with(k, config.default_runtime_s)
         if best is None or finish < best[0]:
             best = (finish, k)
     if best is None:

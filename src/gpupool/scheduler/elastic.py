@@ -34,6 +34,7 @@ from gpupool.cluster.snapshot import NODE_UP, ClusterSnapshot, RunningJob
 from gpupool.domain.elastic import Elastic
 from gpupool.domain.jobs import JobSpec, Scope, TopologyMode, TopologyRequirement
 from gpupool.scheduler.backfill import expected_end
+from gpupool.scheduler.deadlines import RESTART_S
 from gpupool.scheduler.types import Ending, Preemption, ReasonCode, Signal, SignalKind, Waiting
 
 
@@ -43,7 +44,7 @@ class ElasticConfig:
     simulator's default restart overhead); ``margin_s``: kept between a planned finish and its deadline;
     ``min_saving``: a running job is grown only if that cuts its remaining time by at least this share."""
 
-    restart_s: float = 60.0
+    restart_s: float = RESTART_S
     margin_s: float = 5.0
     min_saving: float = 0.1
     default_runtime_s: float = 3600.0  # an elastic job without an estimate (no deadline) is planned as this long

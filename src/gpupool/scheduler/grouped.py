@@ -11,7 +11,7 @@ job's fate in a cycle follows its shape, the cycle's state and a few numbers of 
 - with the EASY reservation made, a job expected to end after it starts is kept off its hosts: refused there,
   it waits RESERVED (it fits elsewhere) or for capacity; a job that ends before it is placed as without it;
 - a job that may preempt (one of a higher priority than some preemptible running job, or a deadline job at
-  risk, which may also hold a reservation of its own: ``stages.deadline_reservation``) and an elastic deadline
+  risk, which may also hold a reservation of its own: ``taking.deadline_reservation``) and an elastic deadline
   job (its sizes follow its deadline) are decided one by one.
 
 So the cycle takes the jobs of all shapes in the policy's order (a merge of the groups' next jobs to visit),
@@ -88,7 +88,7 @@ class _Bounds:
         running = cy.request.snapshot.running.values()
         ok = [r.spec for r in running if r.spec.preemptible and r.runtime_s(now) >= pre.min_runtime_s]
         # PRIORITY: a preemptible job of a lower class, old enough; DEADLINE (at risk): one not higher, however
-        # young, without a deadline or (``stages.restartable``) with one it still meets after a restart.
+        # young, without a deadline or (``taking.restartable``) with one it still meets after a restart.
         self.above = min((int(s.priority) for s in ok), default=None) if pre.by_priority else None
         young = (r.spec for r in running if r.spec.preemptible)
         self.risk_from = min((int(s.priority) for s in young), default=None)
@@ -140,7 +140,7 @@ class _Track:
 
     def _numbers(self, cy: Cycle, bounds: _Bounds | None, restarts: bool = False) -> None:
         """``restarts``: some pending job was preempted before; its admission and risk count a restart
-        (``stages.start_delay``) that the numbers do not, so every deadline job it could change is visited."""
+        (``taking.start_delay``) that the numbers do not, so every deadline job it could change is visited."""
         sh, g = cy.sh, self.g
         nums = g.numbers if g.numbers is not None else JobNumbers.of(g.jobs)
         runtime = self.runtime = np.where(np.isnan(nums.estimate_s), sh.default_runtime_s, nums.estimate_s)
@@ -163,7 +163,7 @@ class _Track:
                 if bounds.above is not None:
                     visit |= prio > bounds.above
                 if bounds.risk_from is not None:
-                    slack = dl - cy.now - sh.launch_latency_s - runtime  # ``stages.at_risk``
+                    slack = dl - cy.now - sh.launch_latency_s - runtime  # ``taking.at_risk``
                     visit |= at_risk_each(slack, runtime, sh.deadline_at_risk) & (prio >= bounds.risk_from)
         visit &= adm
         self.always = np.flatnonzero(visit)

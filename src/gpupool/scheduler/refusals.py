@@ -160,7 +160,7 @@ class Refusals:
         self.no_reservation: Facts[int] = Facts()  # shape ids
         self.blocked: Lasting[int] = Lasting()  # shape ids that wait for capacity, where the shape decides
         self.outcome: Answers[OutcomeKey, Outcome] = Answers()
-        # A deadline reservation's search (``stages.deadline_reservation``): what it found, and by when it looked.
+        # A deadline reservation's search (``taking.deadline_reservation``): what it found, and by when it looked.
         self.reservation: Answers[object, tuple[tuple[float, list[TaskPick]] | None, float]] = Answers()
 
     def bump(self) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
+from gpupool.scheduler.deadlines import RESTART_S
 
 # What the real server and agents take, measured (the numbers and how: ``scheduler.projection``, whose expected
 # starts charge them too); re-exported for the simulator's options and benchmarks.
@@ -39,7 +40,7 @@ class FailureRates:
 class WorldConfig:
     launch_latency_s: float = LAUNCH_LATENCY_S
     exit_latency_s: float = EXIT_LATENCY_S  # a finished job holds its GPUs this long after its work is done
-    restart_overhead_s: float = 60.0
+    restart_overhead_s: float = RESTART_S  # what the scheduler's deadline tests assume a restart costs
     checkpoint_interval_s: float = 1800.0  # <= 0: every moment is checkpointed (no work lost)
     failures: FailureRates = FailureRates()
     telemetry_interval_s: float = 0.0  # > 0: GPU temperatures and leaf congestion counters at this period

@@ -229,6 +229,8 @@ def test_a_deadline_job_preempted_before_counts_its_restart() -> None:
     assert "after a launch of 0.4 s and a restart of 60 s" in w.message
     fresh = dataclasses.replace(job, job_id="f")
     assert [a.job_id for a in go(state, [fresh], 10.0, sh).placements] == ["f"]
+    assert admit(state.snapshot(), job, [], 10.0, sh).verdict is Verdict.INFEASIBLE  # the /why verdict alike
+    assert admit(state.snapshot(), fresh, [], 10.0, sh).verdict is Verdict.AT_RISK
 
     roomy = dataclasses.replace(job, deadline_s=10.0 + 0.4 + 100.0 + 80.0)
     be = make_job("be", gpus=8, preemptible=True)
