@@ -234,7 +234,8 @@ def restart_victims(cy: Cycle, ask: Ask, asker: Who) -> Waiting | None:
     cands = candidates(cy, ask, risk=True, restarts=True)
     victims = None
     if any(c.running.spec.deadline_s is not None for c in cands):
-        need = make_need(job, cy.cap, ask.base)
+        # Its pool's hosts, as the preempt stage searches.
+        need = make_need(job, cy.cap, cy.narrowed(ask, job.pool) if cy.owned(job.pool) is not None else ask.base)
         victims = find_victims(cy.cap, need, cy.placer, cy.ctx, cands, cy.sh.preemption.max_victims_per_job)
         if victims and not _placed_again(cy, need, victims, cands):
             victims = None
