@@ -13,9 +13,11 @@ Where the two worlds used to differ, the default is chosen once:
 - ``deadline_admission`` is on (issue 20; it was off, as the simulator had it): a deadline job that cannot
   finish by its deadline even if placed now (its launch counted) waits, DEADLINE_INFEASIBLE, until someone
   cancels it, instead of taking GPUs that jobs which can still make theirs need; a deadline job about to miss
-  may preempt ``preemptible`` jobs without a deadline. Jobs without a deadline are not affected. On Chronus'
-  MIX1 (first 2 h, 960 GPUs, jobs preemptible as Chronus' are) the defaults meet 99.9% of strict deadlines,
-  Chronus' own artifact 99.59% (docs/benchmarks.md); off, a deadline only orders the queue.
+  may preempt ``preemptible`` jobs without a deadline and, when that cannot save it, ``preemptible`` deadline
+  jobs that still meet theirs after a restart (``scheduler.taking``). Jobs without a deadline are not
+  affected. On Chronus' MIX1 (first 2 h, 960 GPUs, jobs preemptible as Chronus' are) the defaults meet 100%
+  of strict deadlines, Chronus' own artifact 99.59% (docs/benchmarks.md); off, a deadline only orders the
+  queue.
 """
 
 from __future__ import annotations

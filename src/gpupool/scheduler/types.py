@@ -52,7 +52,9 @@ class ReasonCode(StrEnum):
     PRIORITY = "priority"  # a higher-priority job needs the GPUs of this preemptible one
     ATTAINED_SERVICE = "attained_service"  # LAS (Tiresias): a job with less attained service needs its GPUs
     RESIZE = "resize"  # an elastic job stopped at a checkpoint to restart at another size (scheduler/elastic.py)
-    DEADLINE = "deadline"  # a deadline job about to miss its deadline needs the GPUs of this one (no deadline)
+    # A deadline job about to miss its deadline needs the GPUs of this one (no deadline, or one it still meets
+    # after a restart: ``scheduler.taking``).
+    DEADLINE = "deadline"
 
 
 @dataclass(frozen=True, slots=True)
