@@ -11,9 +11,10 @@ from test_sharing_rules import go, reasons, start
 from gpupool.cluster import ClusterState
 from gpupool.domain.events import JobPreempted, JobSubmitted
 from gpupool.domain.jobs import JobSpec
-from gpupool.scheduler import ReasonCode, SchedulerConfig, ScheduleRequest, SharingPolicy
+from gpupool.scheduler import ReasonCode, SchedulerConfig, ScheduleRequest, SharingPolicy, schedule
 from gpupool.scheduler.deadlines import AT_RISK_MIN_S, RESTART_S, Verdict, admit
 from gpupool.scheduler.policies import get_policy, order
+from gpupool.scheduler.queue import QueueIndex
 from gpupool.scheduler.settings import SchedulerSettings, sharing_policy
 
 
@@ -191,12 +192,18 @@ def test_an_at_risk_deadline_job_preempts_a_strict_job_that_still_meets_its_dead
     "keep" (no time for a restart) is never a victim. Without the rule it waits for t=1,000 and misses (Chronus
     MIX1 jobs 14887, 26967, 15565, 27881: every host ran a strict job)."""
     sh = sharing_policy(SchedulerSettings())
-    r = go(_strict_on_both_hosts(3000.0), [_WHOLE_HOST], 80.0, sh, policy="srt")
+    state = _strict_on_both_hosts(3000.0)
+    r = go(state, [_WHOLE_HOST], 80.0, sh, policy="srt")
     assert sorted((p.job_id, p.reason) for p in r.preemptions) == [
         ("be", ReasonCode.DEADLINE),
         ("s", ReasonCode.DEADLINE),
     ]
     assert reasons(r)["dl"] is ReasonCode.PREEMPTING
+    # The kept queue's cycle (the defaults' path in the server and the simulator) decides alike.
+    index = QueueIndex("srt")
+    index.reset([_WHOLE_HOST])
+    req = ScheduleRequest(state.snapshot(), (_WHOLE_HOST,), 80.0, SchedulerConfig(policy="srt"), sh)
+    assert schedule(dataclasses.replace(req, queue=index.view())) == r
 
 
 def test_no_strict_victim_that_would_miss_after_a_restart_could_not_go_back_in_time_or_was_restarted_before() -> None:
