@@ -204,7 +204,7 @@ SortKey = tuple[float | int | str, ...]  # a queue policy's sort key: total, end
 @dataclass(frozen=True, slots=True, eq=False)
 class JobNumbers:
     """What a cycle reads of each job of a group without visiting it (deadline admission, reservations,
-    preemption): one row per job in the group's order, one table (a job entering or leaving is one
+    preemption): one row per job in the group's order, one table (the jobs entering or leaving in one cycle are one
     ``np.insert`` or ``np.delete``). Never changed in place."""
 
     table: npt.NDArray[np.float64]  # columns: deadline (inf: none), estimate (nan: none), priority, elastic

@@ -13,6 +13,7 @@ from collections import Counter
 from heapq import merge
 from types import MappingProxyType
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,7 +30,8 @@ from gpupool.scheduler.driver import CycleDriver
 from gpupool.scheduler.policies import get_policy
 from gpupool.scheduler.queue import QueueIndex
 from gpupool.scheduler.settings import SchedulerSettings, scheduler_config, sharing_policy
-from gpupool.scheduler.types import BackfillMode, QueueView
+from gpupool.scheduler.shapes import shape
+from gpupool.scheduler.types import BackfillMode, JobNumbers, QueueView
 
 STATIC = sorted(p for p, pol in POLICIES.items() if pol.static_key is not None)
 GROUPED_PLACERS = sorted(p for p, pl in PLACERS.items() if not pl.uses_mix)
@@ -37,6 +39,25 @@ GROUPED_PLACERS = sorted(p for p, pl in PLACERS.items() if not pl.uses_mix)
 
 def _in_order(view: QueueView) -> list[JobSpec]:
     return [j for _, j in merge(*(zip(g.keys, g.jobs, strict=True) for g in view.groups))]
+
+
+def _whole(view: QueueView, state: ClusterState, policy: str) -> None:
+    """Every part of a kept view is what the state's queue makes of it, worked out here: each group holds the
+    pending jobs of its shape in key order, with their ids and numbers (NaN equal to NaN); the order of all
+    is the policy's; the held and deadline counts are the queue's."""
+    key = get_policy(policy).static_key
+    assert key is not None
+    pending = state.snapshot().pending
+    by_shape = Counter(shape(j) for j in pending)
+    assert {g.shape: len(g.jobs) for g in view.groups} == dict(by_shape)
+    for g in view.groups:
+        assert list(g.keys) == sorted(key(j) for j in g.jobs) == [key(j) for j in g.jobs]
+        assert {shape(j) for j in g.jobs} == {g.shape} and g.ids == tuple(j.job_id for j in g.jobs)
+        assert g.numbers is not None
+        assert np.array_equal(g.numbers.table, JobNumbers.of(g.jobs).table, equal_nan=True)
+    assert view.order == tuple(j.job_id for j in _scratch(state, policy))
+    assert view.held == sum(1 for j in pending if j.after or j.array_cap)
+    assert view.deadlines == sum(1 for j in pending if j.deadline_s is not None)
 
 
 def _scratch(state: ClusterState, policy: str) -> list[JobSpec]:
@@ -59,16 +80,18 @@ def test_the_kept_order_is_the_policys_order_of_the_states_queue(steps: list[tup
     n = 0
     for what, x in steps:
         snap = state.snapshot()
-        if what == "submit":
-            est, dl = (None, None) if x % 3 == 0 else (float(10 + x), float(100 + 7 * x))
-            job = make_job(
-                f"j{n}", tasks=1 + x % 2, gpus=1 + x % 4, t=float(x % 5), priority=PriorityClass(x % 5),
-                estimated_runtime_s=est, deadline_s=dl,
-            )  # fmt: skip
-            state.apply(JobSubmitted(job, 0.0))
-            n += 1
-        elif what == "cancel" and snap.pending:
-            state.apply(JobCancelled(snap.pending[x % len(snap.pending)].job_id, 0.0))
+        if what == "submit":  # a burst: many jobs of a shape enter between two syncs
+            for y in range(x, x + 1 + x // 8):
+                est, dl = (None, None) if y % 3 == 0 else (float(10 + y), float(100 + 7 * y))
+                job = make_job(
+                    f"j{n}", tasks=1 + y % 2, gpus=1 + y % 4, t=float(y % 5), priority=PriorityClass(y % 5),
+                    estimated_runtime_s=est, deadline_s=dl,
+                )  # fmt: skip
+                state.apply(JobSubmitted(job, 0.0))
+                n += 1
+        elif what == "cancel" and snap.pending:  # and several leave
+            for job in snap.pending[x % len(snap.pending) :][: 1 + x // 10]:
+                state.apply(JobCancelled(job.job_id, 0.0))
         elif what == "place" and snap.pending:
             job = snap.pending[x % len(snap.pending)]
             got = schedule(ScheduleRequest(snap, (job,), 0.0))
@@ -79,9 +102,12 @@ def test_the_kept_order_is_the_policys_order_of_the_states_queue(steps: list[tup
         elif what == "sync":
             assert index.sync(state.snapshot())
             assert _in_order(index.view()) == _scratch(state, policy)
+            _whole(index.view(), state, policy)
     assert index.sync(state.snapshot())
     view = index.view()
     assert _in_order(view) == _scratch(state, policy) and view.count == len(state.snapshot().pending)
+    _whole(view, state, policy)
+    assert index.elastic == sum(1 for j in state.snapshot().pending if j.elastic is not None)
 
 
 def test_a_renewed_feed_is_read_from_the_queue_itself() -> None:
