@@ -201,6 +201,7 @@ def main() -> None:
     ap.add_argument("--drain-s", type=float, default=60.0, help="how long to wait for the last launches after")
     ap.add_argument("--keep-log", default="", help="copy the server's log here at the end")
     ap.add_argument("--profile", action="store_true", help="run the server under cProfile, print its top functions")
+    ap.add_argument("--profile-out", default="", help="with --profile: the window's whole profile as JSON here")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpupool-e2e-") as name:
         tmp = Path(name)
@@ -247,6 +248,8 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
             shutil.copy(tmp / "server.log", args.keep_log)
     if args.profile:
         print_profile(prof0, prof1, m2["placed"] - m0["placed"])
+        if args.profile_out:  # function -> [calls, own CPU s, cumulative CPU s] at the window's start and end
+            Path(args.profile_out).write_text(json.dumps({"before": prof0, "after": prof1}))
     return {
         "benchmark": "e2e_throughput",
         "backend": args.backend,

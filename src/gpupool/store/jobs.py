@@ -10,6 +10,7 @@ their GPUs (every placement check counts them) until their agent confirms their 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -28,7 +29,7 @@ from gpupool.domain.states import JOB_TRANSITIONS, JobState, transition
 from gpupool.store.base import StoreBase, loads
 from gpupool.store.codec import spec_from_json, spec_to_json
 from gpupool.store.fencing import Fence
-from gpupool.store.placements import Placement, PlacementRows, check_capacity, gpus_held, placeable
+from gpupool.store.placements import Placement, PlacementRows, check_capacity, chunks, gpus_held, placeable
 from gpupool.store.records import AttemptRecord, JobRecord
 from gpupool.store.rows import AllocationRow, JobAttemptRow, JobRow, NodeRow, UsageIntervalRow
 
@@ -298,7 +299,8 @@ class JobsMixin(StoreBase):
         """Place pending jobs, each ``(job id, expected version, allocation)``, in ONE write: for each its
         allocation stored, its usage opened, the job moved to placed and audited; or its refusal, which stores
         nothing of it and leaves the others alone. A scheduling cycle's placements cost one transaction (and,
-        with ``fence``, one lease check) instead of one each: 150 placements/s on SQLite need it.
+        with ``fence``, one lease check) instead of one each, and one statement per table: the loop hands it a
+        whole cycle's (thousands at 1,000 nodes; the reads go 500 ids to an ``IN`` list).
 
         Refusals: the job unknown (NotFoundError), moved on since ``expected version`` (StaleVersionError), not
         pending (TransitionError), an allocation of another shape than the job asked for (InputError), or a GPU
@@ -314,14 +316,17 @@ class JobsMixin(StoreBase):
             return []
         with self._core_tx(write=True, fence=fence) as conn:
             now = self._clock()
-            ids = [p[0] for p in placements]
             cols = select(JobRow.id, JobRow.state, JobRow.version, JobRow.spec, JobRow.idempotency_key)
             cols = cols.add_columns(JobRow.created_s, JobRow.attempt)
-            jobs = {r.id: r for r in conn.execute(cols.where(JobRow.id.in_(ids)))}
+            jobs: dict[str, Any] = {}
+            for ids in chunks([p[0] for p in placements]):
+                jobs |= {r.id: r for r in conn.execute(cols.where(JobRow.id.in_(ids)))}
             hosts = sorted({h for _, _, a in placements for h in a.hosts})
-            lock = select(NodeRow.name, NodeRow.state, NodeRow.gpu_count, NodeRow.gpu_model)
-            lock = lock.where(NodeRow.name.in_(hosts)).order_by(NodeRow.name)
-            nodes = {r.name: r for r in conn.execute(lock.with_for_update() if self._postgres else lock)}
+            nodes: dict[str, Any] = {}
+            for names in chunks(hosts):  # in name order, chunk after chunk: two writers lock in one order
+                lock = select(NodeRow.name, NodeRow.state, NodeRow.gpu_count, NodeRow.gpu_model)
+                lock = lock.where(NodeRow.name.in_(names)).order_by(NodeRow.name)
+                nodes |= {r.name: r for r in conn.execute(lock.with_for_update() if self._postgres else lock)}
             used, whole = gpus_held(conn, hosts)
             out: list[JobRecord | GpupoolError] = []
             rows = PlacementRows()

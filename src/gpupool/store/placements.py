@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, select, update
@@ -31,6 +31,13 @@ from gpupool.store.fencing import Fence
 from gpupool.store.rows import AllocationRow, AuditRow, JobAttemptRow, JobRow, UsageIntervalRow
 
 Placement = tuple[str, int, Allocation]  # (job id, the version the placer saw, its allocation)
+_IN_CHUNK = 500  # values per IN list: a cycle places thousands, and bound parameters are limited
+
+
+def chunks(keys: Sequence[str]) -> Iterator[Sequence[str]]:
+    """``keys`` ``_IN_CHUNK`` at a time, in order."""
+    for at in range(0, len(keys), _IN_CHUNK):
+        yield keys[at : at + _IN_CHUNK]
 
 
 def placeable(row: Any | None, job_id: str, expected: int, allocation: Allocation) -> JobSpec:
@@ -55,11 +62,12 @@ def gpus_held(conn: Connection, hosts: Sequence[str]) -> tuple[dict[tuple[str, i
     a = AllocationRow
     used: dict[tuple[str, int], int] = defaultdict(int)
     whole: set[tuple[str, int]] = set()
-    for r in conn.execute(select(a.job_id, a.host, a.gpus, a.milli_gpu).where(a.host.in_(hosts))):
-        for g in loads(r.gpus, f"allocation of job {r.job_id}"):
-            used[(r.host, g)] += r.milli_gpu
-            if r.milli_gpu >= MILLI_PER_GPU:
-                whole.add((r.host, g))
+    for names in chunks(hosts):
+        for r in conn.execute(select(a.job_id, a.host, a.gpus, a.milli_gpu).where(a.host.in_(names))):
+            for g in loads(r.gpus, f"allocation of job {r.job_id}"):
+                used[(r.host, g)] += r.milli_gpu
+                if r.milli_gpu >= MILLI_PER_GPU:
+                    whole.add((r.host, g))
     return used, whole
 
 

@@ -329,8 +329,8 @@ def test_a_gpu_graded_bad_by_its_agent_takes_no_whole_node_job(api: Api) -> None
     assert states == ["pending", "placed"]
 
 
-def test_a_cycle_stores_hundreds_of_placements_in_batches_each_gpu_once(api: Api) -> None:
-    """A cycle's placements are written in batches (``_PLACE_BATCH`` per transaction): 300 in one cycle are all
+def test_a_cycle_stores_hundreds_of_placements_in_one_write_each_gpu_once(api: Api) -> None:
+    """A cycle's placements are written in one transaction (``Store.record_allocations``): 300 in one cycle are all
     stored, each with its own GPU, their audit events carry the lease token, and the next cycle has nothing left
     to place."""
     alice = api.tenant("alice")

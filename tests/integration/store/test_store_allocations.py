@@ -235,3 +235,21 @@ def test_a_batch_of_shares_counts_its_own_shares_on_one_gpu(nodes: Store, make_s
     )
     assert [type(g).__name__ for g in got] == ["JobRecord", "JobRecord", "AllocationConflictError"]
     assert "shared with 1000 milli already given" in str(got[2])
+
+
+def test_a_batch_past_the_in_list_chunk_reads_every_job_and_host(store: Store, make_spec: Spec) -> None:
+    """A whole cycle's placements in one write, more jobs and hosts than one ``IN`` list takes (500): every one
+    is read and checked, a conflict with a placement of an earlier chunk is still refused, each GPU given once."""
+    hosts = [f"n{i:03d}" for i in range(520)]
+    for h in hosts:
+        store.upsert_node(h, gpu_model="H100", gpu_count=2, actor="agent")
+    ids = [f"j{i:03d}" for i in range(601)]
+    for j in ids:
+        store.submit_job(make_spec(j), None, actor="u")
+    batch = [(j, 1, whole(j, hosts[i % 520], i // 520)) for i, j in enumerate(ids[:600])]
+    batch.append((ids[600], 1, whole(ids[600], hosts[3], 0)))  # job 3's GPU, placed in the first chunk
+    got = store.record_allocations(batch, actor="s")
+    assert [type(g).__name__ for g in got] == ["JobRecord"] * 600 + ["AllocationConflictError"]
+    gpus = [(t.host, g) for a in store.load_state().allocations for t in a.tasks for g in t.gpus]
+    assert len(gpus) == len(set(gpus)) == 600
+    assert store.get_job(ids[600]).state is JobState.PENDING
