@@ -12,12 +12,18 @@ take the difference over its measured window.
 from __future__ import annotations
 
 import cProfile
+import gc
 import json
 import os
 import threading
 import time
 
 _profiles: list[cProfile.Profile] = []
+# The garbage collector's passes by generation: [collections, CPU s of the thread that ran them, objects
+# collected], written beside the functions as ``gc:gen0``.. (a pass runs inside whatever function allocated last,
+# so cProfile spreads its cost over them; this names it).
+_gc: dict[str, list[float]] = {}
+_gc_started: list[float] = []
 
 
 def _label(code: object) -> str:
@@ -37,13 +43,25 @@ def _dump(path: str) -> None:
                 row[0] += e.callcount
                 row[1] += e.inlinetime
                 row[2] += e.totaltime
+        for gen, row in list(_gc.items()):
+            merged[gen] = [row[0], row[1], row[1]]
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(merged, f)
         os.replace(tmp, path)
 
 
+def _on_gc(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _gc_started[:] = [time.thread_time()]
+    elif _gc_started:
+        row = _gc.setdefault(f"gc:gen{info['generation']}", [0, 0.0])
+        row[0] += 1
+        row[1] += time.thread_time() - _gc_started[0]
+
+
 def _install(path: str) -> None:
+    gc.callbacks.append(_on_gc)
     # Started before ``run`` is wrapped: its own reads stay out of the profile.
     threading.Thread(target=_dump, args=(path,), daemon=True, name="e2e-profile").start()
     original = threading.Thread.run

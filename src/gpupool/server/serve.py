@@ -11,6 +11,7 @@ closed. Idle and slow connections then cost a file descriptor for seconds, and t
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import resource
 from typing import Any
@@ -135,6 +136,7 @@ def raise_open_files(wanted: int) -> int:
 
 def serve(app: Any, settings: Settings) -> None:
     """Run ``app`` on ``settings.host:port`` until told to stop (SIGINT, SIGTERM)."""
+    gc.set_threshold(*settings.gc_thresholds)
     files = raise_open_files(settings.max_open_files)
     if files < settings.max_open_files:
         log.warning("open files limited to %d (hard limit), below max_open_files %d", files, settings.max_open_files)
