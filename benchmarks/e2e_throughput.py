@@ -15,7 +15,8 @@ One JSON line: placements committed per second while the stream ran (the server'
 ``gpupool_placements_total``), rank launches acknowledged and jobs launched (every rank acknowledged) per
 second over the same window, p50/p99/max submit -> launched (the array request's send time to its job's last
 rank acknowledged, both on this machine's clock), jobs never launched within ``--drain-s``, client errors,
-server and clients' CPU seconds (``/proc``), load average. Stops by itself; only 127.0.0.1.
+server and clients' CPU seconds and the server's peak resident memory (``/proc``), load average. Stops by
+itself; only 127.0.0.1.
 
     .venv/bin/python benchmarks/e2e_throughput.py                                    # 1,000 nodes, 30 s at 1,000/s
     .venv/bin/python benchmarks/e2e_throughput.py --nodes 100 --rate 100 --seconds 20   # a quick look
@@ -52,6 +53,14 @@ HERE = Path(__file__).resolve().parent
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident memory so far (``VmHWM``), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -236,6 +245,7 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
         drained_s = drain(args, tmp)
         print(f"setup {setup_s:.0f} s, stream {t1 - t0:.0f} s, drain {drained_s:.0f} s", file=sys.stderr)
         m2, cpu2 = scrape(srv.base), cpu_s(srv.proc.pid)
+        peak_mib = peak_rss_mib(srv.proc.pid)
         time.sleep(2.5 if args.profile else 0)  # the profile is written every 2 s
         prof1 = read_profile(tmp / "profile.json")
         summaries = stop_clients(clients)
@@ -270,6 +280,7 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
         "server_cpu_per_placement_ms": round(1000 * (cpu2 - cpu0) / max(1.0, m2["placed"] - m0["placed"]), 2),
         "clients_cpu_s": round(sum(s["cpu_s"] for s in summaries) + sub["cpu_s"], 1),
         "setup_s": round(setup_s, 1),
+        "server_peak_rss_mib": peak_mib,
         "load_avg_1m": round(max(load0, load1), 2),
     }
 
