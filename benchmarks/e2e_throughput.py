@@ -343,7 +343,8 @@ def print_profile(before: dict[str, list[float]], after: dict[str, list[float]],
         rows.append((fn, calls - b[0], own - b[1], cum - b[2]))
     total = sum(r[2] for r in rows)
     print(f"profiled server CPU {total:.1f} s over {placed:.0f} placements", file=sys.stderr)
-    for title, n in (("cumulative", 70), ("own", 40)):
+    top = int(os.environ.get("E2E_PROFILE_TOP", "70"))  # rows of the cumulative list (the own list: 4/7 of it)
+    for title, n in (("cumulative", top), ("own", top * 4 // 7)):
         print(f"-- by {title} CPU: calls, per placement, own s, cumulative s, function", file=sys.stderr)
         ranked = sorted(rows, key=lambda r: -(r[3] if title == "cumulative" else r[2]))
         for fn, calls, own, cum in ranked[:n]:

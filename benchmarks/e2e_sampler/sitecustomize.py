@@ -64,9 +64,11 @@ def _install(path: str) -> None:
     gc.callbacks.append(_on_gc)
     # Started before ``run`` is wrapped: its own reads stay out of the profile.
     threading.Thread(target=_dump, args=(path,), daemon=True, name="e2e-profile").start()
-    original = threading.Thread.run
+    # ``_bootstrap_inner``, not ``run``: a subclass that overrides ``run`` (anyio's worker threads: the beat
+    # workers and the thread pool) would bypass a wrapped ``Thread.run`` and its CPU would go unseen.
+    original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
 
-    def run(self: threading.Thread) -> None:
+    def bootstrap(self: threading.Thread) -> None:
         prof = cProfile.Profile(time.thread_time)
         _profiles.append(prof)
         prof.enable()
@@ -75,7 +77,7 @@ def _install(path: str) -> None:
         finally:
             prof.disable()
 
-    threading.Thread.run = run  # type: ignore[method-assign]
+    threading.Thread._bootstrap_inner = bootstrap  # type: ignore[attr-defined]
     main = cProfile.Profile(time.thread_time)
     _profiles.append(main)
     main.enable()

@@ -29,6 +29,9 @@ from gpupool.store.jobs import CAUSE_OUTCOME, HOLDING, JobsMixin, allocation_fro
 from gpupool.store.rows import AllocationRow, JobAttemptRow, JobRow
 
 
+_HOLDING_VALUES = frozenset(st.value for st in HOLDING)
+
+
 @dataclass(frozen=True, slots=True)
 class RankReport:
     """One rank's state as its agent reported it (``state``: running, exited or lost)."""
@@ -89,30 +92,49 @@ def _verdict(rows: Sequence[AllocationRow]) -> _Verdict:
 class RanksMixin(JobsMixin, StoreBase):
     def record_rank(self, report: RankReport, actor: str) -> RankOutcome:
         """Store ``report`` on its rank's row and move the job as its current allocation's ranks now say."""
+        return self.record_ranks([(report, actor)])[0]
+
+    def record_ranks(self, reports: Sequence[tuple[RankReport, str]]) -> list[RankOutcome]:
+        """``record_rank`` for each (report, actor), in order, in one transaction: the outcome of each is what it
+        would have been stored alone after the ones before it. The jobs are locked together (in id order, so
+        two replicas' batches cannot deadlock) and their live ranks read in one statement."""
+        if not reports:
+            return []
         with self._tx(write=True) as s:
-            lock = select(JobRow).where(JobRow.id == report.job_id)
-            job = s.scalar(lock.with_for_update() if self._postgres else lock)
-            if job is None or job_record(job).state not in HOLDING:
-                return RankOutcome(False, False, None if job is None else JobState(job.state))
-            rows = sorted(
-                s.scalars(
-                    select(AllocationRow).where(
-                        AllocationRow.job_id == report.job_id, AllocationRow.releasing_s.is_(None)
-                    )
-                ),
-                key=lambda r: r.task_index,
-            )
-            row = next((r for r in rows if (r.assignment, r.task_index) == (report.allocation, report.rank)), None)
-            if row is None or row.host != report.host:
-                return RankOutcome(False, False, JobState(job.state))  # an earlier allocation's rank
-            now = self._clock()
-            changed = self._note(row, report, now)
-            if report.reason and report.state == "exited" and report.exit_code != 0:
-                why_extra = f": {report.reason}"
-            else:
-                why_extra = ""
-            moved = self._decide(s, job, rows, why_extra, actor, now)  # every time: a repeat may complete it
-            return RankOutcome(True, changed or moved, JobState(job.state))
+            ids = sorted({r.job_id for r, _ in reports})
+            lock = select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id)
+            jobs = {j.id: j for j in s.scalars(lock.with_for_update() if self._postgres else lock)}
+            live = [j for j, job in jobs.items() if job.state in _HOLDING_VALUES]
+            ranks: dict[str, list[AllocationRow]] = defaultdict(list)
+            if live:
+                for row in s.scalars(
+                    select(AllocationRow).where(AllocationRow.job_id.in_(live), AllocationRow.releasing_s.is_(None))
+                ):
+                    ranks[row.job_id].append(row)
+            out = []
+            for report, actor in reports:
+                job = jobs.get(report.job_id)
+                rows = sorted(ranks.get(report.job_id, ()), key=lambda r: r.task_index)
+                out.append(self._record(s, job, rows, report, actor))
+            return out
+
+    def _record(
+        self, s: Session, job: JobRow | None, rows: Sequence[AllocationRow], report: RankReport, actor: str
+    ) -> RankOutcome:
+        """One report inside ``record_ranks``' transaction (``rows``: the job's live ranks as read there)."""
+        if job is None or job_record(job).state not in HOLDING:
+            return RankOutcome(False, False, None if job is None else JobState(job.state))
+        row = next((r for r in rows if (r.assignment, r.task_index) == (report.allocation, report.rank)), None)
+        if row is None or row.host != report.host:
+            return RankOutcome(False, False, JobState(job.state))  # an earlier allocation's rank
+        now = self._clock()
+        changed = self._note(row, report, now)
+        if report.reason and report.state == "exited" and report.exit_code != 0:
+            why_extra = f": {report.reason}"
+        else:
+            why_extra = ""
+        moved = self._decide(s, job, rows, why_extra, actor, now)  # every time: a repeat may complete it
+        return RankOutcome(True, changed or moved, JobState(job.state))
 
     @staticmethod
     def _note(row: AllocationRow, report: RankReport, now: float) -> bool:
