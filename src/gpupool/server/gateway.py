@@ -10,11 +10,12 @@ one command the assignments cannot say, a checkpoint signal, is stored (``store.
 sends it, from its host cache, until the agent lists its id as carried out (``executed``); then it is deleted.
 
 Reports of ranks (running, exited with a code, lost) are stored on the rank's allocation row, and the job
-moved as its current allocation's ranks say, in one transaction (``Store.record_rank``): no replica keeps a
-gang's progress in memory. A beat's reply acknowledges (``acked``) each ended rank whose end is stored (or
-that no live allocation has): the agent repeats an end until then. Each beat is also judged against the
-node's stored ranks (``Store.rank_watch``): a rank never launched, or launched and since vanished without
-an end, a node-lost timeout after, requeues or fails its job.
+moved as its current allocation's ranks say, in one transaction (``Store.record_ranks``, which concurrent
+requests' reports share: ``rankbatch``): no replica keeps a gang's progress in memory. A beat's reply
+acknowledges (``acked``) each ended rank whose end is stored (or that no live allocation has): the agent
+repeats an end until then. Each beat is also judged against the node's stored ranks (``Store.rank_watch``):
+a rank never launched, or launched and since vanished without an end, a node-lost timeout after, requeues
+or fails its job.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from gpupool.server.hostcache import HostCache
 from gpupool.server.labels import derived_labels
 from gpupool.server.live import LeafMap, LiveInbox, PortCounters, gpu_events, reasons
 from gpupool.server.liveness import LastSeen
+from gpupool.server.rankbatch import RankBatcher
 from gpupool.server.settings import Settings
 from gpupool.server.telemetry import LiveTelemetry
 from gpupool.store import Principal, Store
@@ -111,6 +113,7 @@ class AgentGateway:
         self._ports = PortCounters(stale_s=settings.node_lost_after_s)
         self._leaves = LeafMap(fabrics.imported, self._inventory, settings.host_cache_s, clock)
         self._ignored: set[tuple[str, tuple[str, ...]]] = set()  # (host, unknown fields) already logged
+        self._ranks = RankBatcher(store.record_ranks)  # rank reports of concurrent requests: one transaction
 
     # -- protocol versions -------------------------------------------------------------------------------------
     def check_protocol(
@@ -296,6 +299,8 @@ class AgentGateway:
         cached = {a.assignment_id: a for a in self._hosts.assignments(host)}
         acked: list[str] = []
         changed: set[str] = set()  # jobs whose ranks (or state) the reports moved
+        reports: list[tuple[RankReport, str]] = []
+        aids: list[str] = []  # of the reports to store, in order
         for w in workloads:
             ended = w.state in ("exited", "lost")
             a = cached.get(w.assignment_id)
@@ -308,15 +313,21 @@ class AgentGateway:
                 acked += [w.assignment_id] if ended else []
                 continue
             report = RankReport(parsed[0], parsed[1], parsed[2], host, w.state, w.exit_code, w.reason)
-            try:
-                out = self._store.record_rank(report, f"agent:{host}")
-            except GpupoolError as e:  # not acknowledged: the agent repeats it
-                log.info("report for %s not stored: %s", w.assignment_id, e)
+            reports.append((report, f"agent:{host}"))
+            aids.append(w.assignment_id)
+        try:
+            outcomes = self._ranks.record(reports)  # with other requests' reports, in one transaction
+        except GpupoolError as e:  # none stored, none acknowledged: the agent repeats them
+            log.info("%d reports of %s not stored: %s", len(reports), host, e)
+            outcomes = [e] * len(reports)
+        for aid, (report, _), out in zip(aids, reports, outcomes, strict=True):
+            if isinstance(out, GpupoolError):
+                log.info("report for %s not stored: %s", aid, out)
                 continue
             if out.changed:
                 changed.add(report.job_id)
-            if ended:
-                acked.append(w.assignment_id)
+            if report.state in ("exited", "lost"):
+                acked.append(aid)
         if changed:
             self._hosts.invalidate(changed)  # the job's ranks changed state (or ended): this beat's reply must see it
             self._wake()

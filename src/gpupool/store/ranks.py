@@ -28,7 +28,6 @@ from gpupool.store.base import StoreBase
 from gpupool.store.jobs import CAUSE_OUTCOME, HOLDING, JobsMixin, allocation_from_rows, job_record, retry_decision
 from gpupool.store.rows import AllocationRow, JobAttemptRow, JobRow
 
-
 _HOLDING_VALUES = frozenset(st.value for st in HOLDING)
 
 
