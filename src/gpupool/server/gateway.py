@@ -21,6 +21,7 @@ or fails its job.
 from __future__ import annotations
 
 import logging
+import threading
 import zlib
 from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
@@ -31,6 +32,7 @@ from gpupool.domain.events import HealthGrade, NodeLabelled
 from gpupool.domain.states import JobState, NodeState
 from gpupool.domain.workload import array_env, hostfile, rank_place, slurm_env, workload_env
 from gpupool.fabric.export.nccl import nccl_ib_hca
+from gpupool.fabric.fabric import Fabric
 from gpupool.fabric.hostlist import compress
 from gpupool.schemas.agent import (
     PROTOCOL_VERSION,
@@ -114,6 +116,8 @@ class AgentGateway:
         self._leaves = LeafMap(fabrics.imported, self._inventory, settings.host_cache_s, clock)
         self._ignored: set[tuple[str, tuple[str, ...]]] = set()  # (host, unknown fields) already logged
         self._ranks = RankBatcher(store.record_ranks)  # rank reports of concurrent requests: one transaction
+        self._fabric_lock = threading.Lock()
+        self._fabric_at: tuple[Fabric | None, float] | None = None  # the launches' fabric and when it was read
 
     # -- protocol versions -------------------------------------------------------------------------------------
     def check_protocol(
@@ -167,6 +171,8 @@ class AgentGateway:
         node = self._store.heartbeat(req.host, actor=by_whom)
         self._hosts.forget_token(req.host)  # the old token stops working here at once
         self._leaves.forget(req.host)  # its HCAs may have changed
+        with self._fabric_lock:
+            self._fabric_at = None  # a synthetic fabric changes with the agents: read again for the next launch
         self._hosts.put_node(node)  # a new node, or a changed GPU count
         self._live.put([NodeLabelled(node.name, node.labels, self._clock())])  # its own, and admins' over them
         self._wake()
@@ -398,12 +404,13 @@ class AgentGateway:
             log.warning("cannot read the launches of %d ranks: %s", len(wanted), e)
             return []
         out = []
+        fabric = self._fabric()
         for a in wanted:
             got = inputs.get(a.job_id)
             try:
                 if isinstance(got, GpupoolError):
                     raise got
-                launch = None if got is None else self._launch(a, got)
+                launch = None if got is None else self._launch(a, got, fabric)
             except GpupoolError as e:
                 log.warning("cannot build the launch of %s: %s", a.assignment_id, e)
                 continue
@@ -411,7 +418,20 @@ class AgentGateway:
                 out.append(launch)
         return out
 
-    def _launch(self, a: Assignment, job: LaunchInputs) -> LaunchCommand | None:
+    def _fabric(self) -> Fabric | None:
+        """The fabric the launches name HCAs from: ``FabricCache.current``, whose key is a read of every agent,
+        asked at most once per ``host_cache_s`` (the age the launches' assignments may have too), not per launch
+        (at a thousand nodes that read was most of a poll's derivation)."""
+        now = self._clock()
+        with self._fabric_lock:
+            got = self._fabric_at
+        if got is None or not 0 <= now - got[1] < self._settings.host_cache_s:
+            got = (self._fabrics.current()[0], now)
+            with self._fabric_lock:
+                self._fabric_at = got
+        return got[0]
+
+    def _launch(self, a: Assignment, job: LaunchInputs, fabric: Fabric | None) -> LaunchCommand | None:
         """The launch of ``a`` from its job's stored inputs, or None when its live allocation lacks ``a``."""
         ranks = job.ranks
         if a.assignment_id not in {r.assignment_id for r in ranks}:
@@ -420,7 +440,6 @@ class AgentGateway:
         master = job.master_address or ranks[0].host
         hosts = [r.host for r in ranks]
         place = rank_place(hosts, a.rank)
-        fabric, _ = self._fabrics.current()
         try:
             hca = "" if fabric is None else nccl_ib_hca(fabric, a.host, a.gpus)
         except ValueError:

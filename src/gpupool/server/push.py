@@ -38,6 +38,7 @@ class Doorbell:
         self._lock = threading.Lock()
         self._rings: dict[str, int] = {}
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = {}
+        self._waiting = 0  # the waiters' count, kept as they come and go (the refresher asks on every pass)
 
     def mark(self, host: str) -> int:
         with self._lock:
@@ -46,7 +47,7 @@ class Doorbell:
     @property
     def waiting(self) -> int:
         with self._lock:
-            return sum(len(w) for w in self._waiters.values())
+            return self._waiting
 
     def ring(self, hosts: Iterable[str]) -> None:
         woken: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
@@ -54,6 +55,7 @@ class Doorbell:
             for h in hosts:
                 self._rings[h] = self._rings.get(h, 0) + 1
                 woken.extend(self._waiters.pop(h, ()))
+            self._waiting -= len(woken)
         for loop, fut in woken:
             loop.call_soon_threadsafe(_resolve, fut)
 
@@ -66,6 +68,7 @@ class Doorbell:
             if self._rings.get(host, 0) != mark:
                 return True
             self._waiters.setdefault(host, []).append(entry)
+            self._waiting += 1
         try:
             await asyncio.wait_for(fut, timeout_s)
             return True
@@ -73,11 +76,12 @@ class Doorbell:
             return False
         finally:
             with self._lock:
-                left = [w for w in self._waiters.get(host, ()) if w is not entry]
-                if left:
-                    self._waiters[host] = left
-                else:
-                    self._waiters.pop(host, None)
+                mine = self._waiters.get(host, [])
+                if entry in mine:  # still listed: not rung (a timeout, a cancel)
+                    mine.remove(entry)
+                    self._waiting -= 1
+                    if not mine:
+                        del self._waiters[host]
 
 
 async def _hung_up(receive: Receive) -> None:
