@@ -18,17 +18,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
+from gpupool.domain.errors import StaleVersionError
 from gpupool.domain.jobs import Allocation, RetryOn
-from gpupool.domain.states import JobState
-from gpupool.store.base import StoreBase
+from gpupool.domain.states import JOB_TRANSITIONS, JobState, transition
+from gpupool.store.base import StoreBase, dumps
 from gpupool.store.jobs import CAUSE_OUTCOME, HOLDING, JobsMixin, allocation_from_rows, job_record, retry_decision
-from gpupool.store.rows import AllocationRow, JobAttemptRow, JobRow
-
-_HOLDING_VALUES = frozenset(st.value for st in HOLDING)
+from gpupool.store.rows import AllocationRow, AuditRow, Base, JobAttemptRow, JobRow, UsageIntervalRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +88,35 @@ def _verdict(rows: Sequence[AllocationRow]) -> _Verdict:
     return _Verdict(None)
 
 
+def _table(row: type[Base]) -> Table:
+    return cast(Table, row.__table__)
+
+
+class _Job:
+    """A job row locked by ``record_ranks`` and its state and version as the batch's moves so far leave them
+    (the row itself is written once, at the end)."""
+
+    __slots__ = ("row", "state", "version")
+
+    def __init__(self, row: JobRow) -> None:
+        self.row, self.state, self.version = row, JobState(row.state), row.version
+
+
+@dataclass(frozen=True, slots=True)
+class _Move:
+    """One step of a job's state decided by ``record_ranks``: from ``current`` at ``version`` to ``new``."""
+
+    job_id: str
+    version: int
+    current: JobState
+    new: JobState
+    reason: str
+    actor: str
+    now: float
+    outcome: str = ""
+    exit_code: int | None = None
+
+
 class RanksMixin(JobsMixin, StoreBase):
     def record_rank(self, report: RankReport, actor: str) -> RankOutcome:
         """Store ``report`` on its rank's row and move the job as its current allocation's ranks now say."""
@@ -96,44 +125,58 @@ class RanksMixin(JobsMixin, StoreBase):
     def record_ranks(self, reports: Sequence[tuple[RankReport, str]]) -> list[RankOutcome]:
         """``record_rank`` for each (report, actor), in order, in one transaction: the outcome of each is what it
         would have been stored alone after the ones before it. The jobs are locked together (in id order, so
-        two replicas' batches cannot deadlock) and their live ranks read in one statement."""
+        two replicas' batches cannot deadlock) and their live ranks read in one statement; the jobs' moves are
+        decided report by report (on the states the batch's earlier moves left) and written at the end, each
+        kind of statement once for all of them (``_write_moves``)."""
         if not reports:
             return []
         with self._tx(write=True) as s:
             ids = sorted({r.job_id for r, _ in reports})
             lock = select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id)
-            jobs = {j.id: j for j in s.scalars(lock.with_for_update() if self._postgres else lock)}
-            live = [j for j, job in jobs.items() if job.state in _HOLDING_VALUES]
+            jobs = {j.id: _Job(j) for j in s.scalars(lock.with_for_update() if self._postgres else lock)}
+            live = [j for j, job in jobs.items() if job.state in HOLDING]
             ranks: dict[str, list[AllocationRow]] = defaultdict(list)
             if live:
                 for row in s.scalars(
                     select(AllocationRow).where(AllocationRow.job_id.in_(live), AllocationRow.releasing_s.is_(None))
                 ):
                     ranks[row.job_id].append(row)
-            out = []
+            out: list[RankOutcome] = []
+            moves: list[_Move] = []
             for report, actor in reports:
                 job = jobs.get(report.job_id)
                 rows = sorted(ranks.get(report.job_id, ()), key=lambda r: r.task_index)
-                out.append(self._record(s, job, rows, report, actor))
+                out.append(self._record(s, job, rows, report, actor, moves))
+            if moves:
+                s.flush()  # the rank columns before the jobs' guarded updates
+                self._write_moves(s, moves)
             return out
 
     def _record(
-        self, s: Session, job: JobRow | None, rows: Sequence[AllocationRow], report: RankReport, actor: str
+        self,
+        s: Session,
+        job: _Job | None,
+        rows: Sequence[AllocationRow],
+        report: RankReport,
+        actor: str,
+        moves: list[_Move],
     ) -> RankOutcome:
-        """One report inside ``record_ranks``' transaction (``rows``: the job's live ranks as read there)."""
-        if job is None or job_record(job).state not in HOLDING:
-            return RankOutcome(False, False, None if job is None else JobState(job.state))
+        """One report inside ``record_ranks``' transaction (``rows``: the job's live ranks as read there); the job's
+        move, if the ranks call for one, is added to ``moves`` and to ``job``'s state."""
+        if job is None or job.state not in HOLDING:
+            return RankOutcome(False, False, None if job is None else job.state)
         row = next((r for r in rows if (r.assignment, r.task_index) == (report.allocation, report.rank)), None)
         if row is None or row.host != report.host:
-            return RankOutcome(False, False, JobState(job.state))  # an earlier allocation's rank
+            return RankOutcome(False, False, job.state)  # an earlier allocation's rank
         now = self._clock()
         changed = self._note(row, report, now)
         if report.reason and report.state == "exited" and report.exit_code != 0:
             why_extra = f": {report.reason}"
         else:
             why_extra = ""
-        moved = self._decide(s, job, rows, why_extra, actor, now)  # every time: a repeat may complete it
-        return RankOutcome(True, changed or moved, JobState(job.state))
+        added = self._decide(s, job, rows, why_extra, actor, now)  # every time: a repeat may complete it
+        moves += added
+        return RankOutcome(True, changed or bool(added), job.state)
 
     @staticmethod
     def _note(row: AllocationRow, report: RankReport, now: float) -> bool:
@@ -151,64 +194,115 @@ class RanksMixin(JobsMixin, StoreBase):
             return True
         return (row.launched_s, row.started_s) != before
 
+    @staticmethod
     def _decide(
-        self, s: Session, job: JobRow, rows: Sequence[AllocationRow], extra: str, actor: str, now: float
-    ) -> bool:
-        current = JobState(job.state)
+        s: Session, job: _Job, rows: Sequence[AllocationRow], extra: str, actor: str, now: float
+    ) -> list[_Move]:
+        """The moves the ranks call for (none, one, or placed -> running -> finished), applied to ``job``'s state
+        and version as they will be stored."""
+        current = job.state
         v = _verdict(rows)
         verdict, why = v.state, v.why
         if verdict is None or verdict is current:
-            return False
+            return []
         outcome = verdict.value
         if verdict is JobState.FAILED:
             why += extra
             assert v.cause is not None
-            again, note = retry_decision(s, job, job_record(job).spec, v.cause)
+            again, note = retry_decision(s, job.row, job_record(job.row).spec, v.cause)
             if again:  # run again: this run ends failed (or lost), the job goes back to the queue
                 verdict, outcome = JobState.PENDING, CAUSE_OUTCOME[v.cause]
             if note:
-                why = f"attempt {job.attempt}: {why}; {note}"
+                why = f"attempt {job.row.attempt}: {why}; {note}"
         # Placed -> finished passes through running (every rank did start); placed -> failed is its own edge.
         steps = [JobState.RUNNING, verdict] if (current, verdict) == (JobState.PLACED, JobState.FINISHED) else [verdict]
-        s.flush()  # the rank columns before the job's guarded update
+        out = []
         for step in steps:
+            transition(JOB_TRANSITIONS, job.state, step, f"job {job.row.id}")
             if step is JobState.RUNNING:
-                self._move(s, job, step, "every rank started", actor, now)
+                move = _Move(job.row.id, job.version, job.state, step, "every rank started", actor, now)
             else:
-                self._move(s, job, step, why, actor, now, outcome=outcome, exit_code=v.exit_code)
-        return True
+                move = _Move(job.row.id, job.version, job.state, step, why, actor, now, outcome, v.exit_code)
+            out.append(move)
+            job.state, job.version = step, job.version + 1
+        return out
 
-    def _move(
-        self,
-        s: Session,
-        job: JobRow,
-        new: JobState,
-        reason: str,
-        actor: str,
-        now: float,
-        *,
-        outcome: str = "",
-        exit_code: int | None = None,
-    ) -> None:
-        current = JobState(job.state)
-        self._guard(s, job.id, job.version, new)
-        self._bump(s, job, new, "", reason, now)
-        if new is JobState.RUNNING:
+    @staticmethod
+    def _write_moves(s: Session, moves: Sequence[_Move]) -> None:
+        """Store ``moves`` (in order; a job's second move follows its first): each statement once, executemany.
+        The jobs' update is guarded by version as ``_bump``'s is (the rows are locked, so it cannot miss); a
+        move out of the holding states frees the job's ranks and ends its run as ``_free`` does."""
+        jobs, attempts, usage = _table(JobRow), _table(JobAttemptRow), _table(UsageIntervalRow)
+        allocs = _table(AllocationRow)
+        guarded = s.execute(
+            update(jobs)
+            .where(jobs.c.id == bindparam("b_id"), jobs.c.version == bindparam("b_version"))
+            .values(
+                state=bindparam("b_state"),
+                version=bindparam("b_next"),
+                reason_code="",
+                reason=bindparam("b_reason"),
+                wait_class=None,
+                updated_s=bindparam("b_now"),
+            ),
+            [
+                {"b_id": m.job_id, "b_version": m.version, "b_next": m.version + 1}
+                | {"b_state": m.new.value, "b_reason": m.reason, "b_now": m.now}
+                for m in moves
+            ],
+        )
+        if s.get_bind().dialect.supports_sane_multi_rowcount and getattr(guarded, "rowcount", len(moves)) != len(moves):
+            raise StaleVersionError("a job reported on was changed by another writer during this update")
+        started = [{"b_id": m.job_id, "b_now": m.now} for m in moves if m.new is JobState.RUNNING]
+        if started:
             s.execute(
-                update(JobAttemptRow)
-                .where(JobAttemptRow.job_id == job.id, JobAttemptRow.ended_s.is_(None))
-                .values(started_s=now, state=JobState.RUNNING.value)
-                .execution_options(synchronize_session=False)
+                update(attempts)
+                .where(attempts.c.job_id == bindparam("b_id"), attempts.c.ended_s.is_(None))
+                .values(started_s=bindparam("b_now"), state=JobState.RUNNING.value),
+                started,
             )
-        if new not in HOLDING:
-            self._free(s, job.id, now, outcome or new.value, reason, exit_code)
-        self._audit(
-            s,
-            actor,
-            f"job.{new.value}",
-            f"job/{job.id}",
-            {"from": current.value, "to": new.value, "reason": reason},
-            now,
+        ended = [m for m in moves if m.new not in HOLDING]
+        if ended:
+            params = [
+                {"b_id": m.job_id, "b_now": m.now, "b_reason": m.reason, "b_code": m.exit_code}
+                | {"b_outcome": (m.outcome or m.new.value)[:16]}
+                for m in ended
+            ]
+            s.execute(
+                update(attempts)
+                .where(attempts.c.job_id == bindparam("b_id"), attempts.c.ended_s.is_(None))
+                .values(
+                    ended_s=bindparam("b_now"),
+                    state=bindparam("b_outcome"),
+                    reason=bindparam("b_reason"),
+                    exit_code=bindparam("b_code"),
+                ),
+                params,
+            )
+            mine = allocs.c.job_id == bindparam("b_id")
+            s.execute(delete(allocs).where(mine, allocs.c.exited_s.is_not(None)), [{"b_id": m.job_id} for m in ended])
+            s.execute(
+                update(allocs).where(mine, allocs.c.releasing_s.is_(None)).values(releasing_s=bindparam("b_now")),
+                [{"b_id": m.job_id, "b_now": m.now} for m in ended],
+            )
+            s.execute(
+                update(usage)
+                .where(usage.c.job_id == bindparam("b_id"), usage.c.end_s.is_(None))
+                .values(end_s=bindparam("b_now")),
+                [{"b_id": m.job_id, "b_now": m.now} for m in ended],
+            )
+        s.execute(
+            insert(_table(AuditRow)),
+            [
+                {
+                    "at_s": m.now,
+                    "actor": m.actor,
+                    "action": f"job.{m.new.value}",
+                    "subject": f"job/{m.job_id}",
+                    "data": dumps({"from": m.current.value, "to": m.new.value, "reason": m.reason}),
+                }
+                for m in moves
+            ],
         )
 
     # -- the watchdog ------------------------------------------------------------------------------------------
