@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 import threading
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from typing import overload
 from urllib.parse import urlsplit
 
 from gpupool.domain.containers import container_from_json
@@ -247,27 +248,49 @@ class AgentGateway:
             acked=tuple(acked),
         )
 
+    @overload
     def commands(
         self, host: str, workloads: Sequence[WorkloadStatus], executed: Sequence[str] | None = None
-    ) -> list[Command]:
+    ) -> list[Command]: ...
+    @overload
+    def commands(
+        self,
+        host: str,
+        workloads: Sequence[WorkloadStatus],
+        executed: Sequence[str] | None,
+        held: Collection[str] | None,
+    ) -> list[Command] | None: ...
+    def commands(
+        self,
+        host: str,
+        workloads: Sequence[WorkloadStatus],
+        executed: Sequence[str] | None = None,
+        held: Collection[str] | None = None,
+    ) -> list[Command] | None:
         """What ``host`` must do, given what its agent says it runs and which stored commands it has carried out
         (``executed``; None from an older agent): the one derivation behind heartbeat replies and the pushed
-        commands (``push``)."""
+        commands (``push``). With ``held`` (the command keys the agent holds, a long poll's): None when every
+        command would be one it holds, found before any launch is built, so a poll woken for another change
+        of its host reads nothing from the store; else every command, as without it."""
         desired = {a.assignment_id: a for a in self._hosts.assignments(host) if not a.releasing}
         reported = {w.assignment_id: w for w in workloads}
         # Checkpoint signals first: a rank stopped in this same reply (its GPU turned bad) is asked to save
         # its work before its SIGTERM.
-        commands: list[Command] = list(self._signals(host, executed))
-        commands += self._launches(
-            [a for aid, a in desired.items() if aid not in reported and a.state is JobState.PLACED]
-        )
-        for aid, w in reported.items():
-            if w.state in ("starting", "running") and aid not in desired:
-                commands.append(
-                    StopCommand(
-                        assignment_id=aid, grace_s=self._settings.stop_grace_s, reason="no longer assigned to this node"
-                    )
-                )
+        signals = self._signals(host, executed)
+        launches = [a for aid, a in desired.items() if aid not in reported and a.state is JobState.PLACED]
+        stops = [aid for aid, w in reported.items() if w.state in ("starting", "running") and aid not in desired]
+        if (
+            held is not None
+            and not signals
+            and all(f"launch:{a.assignment_id}" in held for a in launches)
+            and all(f"stop:{aid}" in held for aid in stops)
+        ):
+            return None
+        commands: list[Command] = [*signals, *self._launches(launches)]
+        grace_s = self._settings.stop_grace_s
+        commands += [
+            StopCommand(assignment_id=aid, grace_s=grace_s, reason="no longer assigned to this node") for aid in stops
+        ]
         return commands
 
     def _signals(self, host: str, executed: Sequence[str] | None) -> list[SignalCommand]:

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Set
 
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive
@@ -134,11 +134,12 @@ class Refresher:
 
 class CommandPush:
     """The long-poll's server side: ``poll`` answers when a command the agent does not hold exists, or after
-    ``wait_s`` with every current command (held ones too, as a heartbeat reply would)."""
+    ``wait_s`` with every current command (held ones too, as a heartbeat reply would). A pass woken for a change
+    that gives the agent nothing new builds no launch (``AgentGateway.commands`` with ``held``)."""
 
     def __init__(
         self,
-        derive: Callable[[str, Sequence[WorkloadStatus], Sequence[str] | None], list[Command]],
+        derive: Callable[[str, Sequence[WorkloadStatus], Sequence[str] | None, Set[str] | None], list[Command] | None],
         bell: Doorbell,
         refresher: Refresher,
         wait_s: float,
@@ -179,10 +180,14 @@ class CommandPush:
         while True:
             # Marked before deriving: a ring that lands while the commands are being derived ends the wait at once.
             mark = self.bell.mark(host)
-            commands = await run_in_threadpool(self._derive, host, workloads, executed)
-            # A signal derived is one the agent has not carried out (or, to an older agent, is sent once).
-            fresh = any(isinstance(c, SignalCommand) or command_key(c) not in known for c in commands)
-            left = deadline - time.monotonic()
-            if fresh or left <= 0:
+            final = deadline - time.monotonic() <= 0  # the timeout's answer: every current command, held ones too
+            commands = await run_in_threadpool(self._derive, host, workloads, executed, None if final else known)
+            # None: nothing the agent does not hold (found without building a launch). A signal derived is one
+            # the agent has not carried out (or, to an older agent, is sent once).
+            if commands is not None and (
+                final or any(isinstance(c, SignalCommand) or command_key(c) not in known for c in commands)
+            ):
                 return CommandsReply(commands=tuple(commands), server_time_s=self._clock())
-            await self.bell.wait(host, mark, left)
+            left = deadline - time.monotonic()
+            if left > 0:
+                await self.bell.wait(host, mark, left)

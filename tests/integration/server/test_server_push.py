@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from server_api_helpers import Api, Clock, make_api
 
 from procs import until as poll_until
@@ -97,6 +98,37 @@ def test_held_commands_do_not_end_the_wait_and_a_cancel_does(db_url: str, tmp_pa
         answer = poll.result()
         assert {c["kind"] for c in answer} == {"stop", "launch"}
         assert next(c for c in answer if c["kind"] == "launch")["job_id"] == second
+
+
+def test_a_poll_woken_with_nothing_new_builds_no_launch(
+    db_url: str, tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for api in make_api(db_url, tmp_path, clock, command_wait_s=60.0):
+        alice = api.tenant("alice")
+        node = api.register("gpu-01")
+        first = api.client.post("/v1/jobs", json=JOB, headers=alice).json()["job"]["id"]
+        api.srv.loop.run_cycle()
+        (launch,) = Poll(api, "gpu-01", node, {"workloads": [], "held": []}).result()
+        reads: list[list[str]] = []
+        ops = api.srv.gateway._ops
+        inputs = ops.launch_inputs
+        monkeypatch.setattr(ops, "launch_inputs", lambda jobs, r=reads, f=inputs: r.append(list(jobs)) or f(jobs))
+        # The agent holds the launch and has not reported it yet (still placed): each ring of its host wakes
+        # the poll, which finds nothing new without reading the launch's inputs, and waits again.
+        poll = Poll(api, "gpu-01", node, {"workloads": [], "held": [f"launch:{launch['assignment_id']}"]})
+        bell = api.srv.push.bell
+        for n in range(3):
+            until(waiting(api, 1), what=f"the poll waiting ({n})")
+            mark = bell.mark("gpu-01")
+            bell.ring(["gpu-01"])  # drops the waiter at once: waiting 1 again means the poll woke and parked again
+            until(lambda m=mark, b=bell: b.mark("gpu-01") > m and b.waiting == 1, what=f"the poll parked ({n})")
+        assert reads == []
+        # A new placement answers it with every command, the held launch built again with the new one.
+        second = api.client.post("/v1/jobs", json=JOB, headers=alice).json()["job"]["id"]
+        api.srv.loop.run_cycle()
+        answer = poll.result()
+        assert sorted(c["job_id"] for c in answer) == sorted([first, second])
+        assert reads and set(reads[-1]) == {first, second}
 
 
 def test_a_poll_with_nothing_new_ends_after_the_wait_with_what_it_has(
