@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import StaleVersionError
@@ -70,7 +70,7 @@ class _Verdict:
     cause: RetryOn | None = None  # a failure's cause, as a retry policy counts it
 
 
-def _verdict(rows: Sequence[AllocationRow]) -> _Verdict:
+def _verdict(rows: Sequence[_Rank]) -> _Verdict:
     """The state the ranks of one allocation call for, and why."""
     if not rows:
         return _Verdict(None)
@@ -93,13 +93,33 @@ def _table(row: type[Base]) -> Table:
 
 
 class _Job:
-    """A job row locked by ``record_ranks`` and its state and version as the batch's moves so far leave them
-    (the row itself is written once, at the end)."""
+    """A job locked by ``record_ranks`` (its columns the moves need) and its state and version as the batch's
+    moves so far leave them (the row itself is written once, at the end)."""
 
-    __slots__ = ("row", "state", "version")
+    __slots__ = ("attempt", "id", "state", "version")
 
-    def __init__(self, row: JobRow) -> None:
-        self.row, self.state, self.version = row, JobState(row.state), row.version
+    def __init__(self, id: str, state: str, version: int, attempt: int | None) -> None:
+        self.id, self.state, self.version, self.attempt = id, JobState(state), version, attempt
+
+
+class _Rank:
+    """A live rank's row as ``record_ranks`` read it, changed in memory by the batch's reports (``dirty``) and
+    written once at the end."""
+
+    COLUMNS = ("job_id", "assignment", "task_index", "host", "launched_s", "started_s", "exited_s", "exit_code", "lost")
+    __slots__ = (*COLUMNS, "dirty")
+
+    def __init__(self, row: Sequence[Any]) -> None:
+        self.job_id: str = row[0]
+        self.assignment: int = row[1]
+        self.task_index: int = row[2]
+        self.host: str = row[3]
+        self.launched_s: float | None = row[4]
+        self.started_s: float | None = row[5]
+        self.exited_s: float | None = row[6]
+        self.exit_code: int | None = row[7]
+        self.lost = bool(row[8])
+        self.dirty = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,33 +150,62 @@ class RanksMixin(JobsMixin, StoreBase):
         kind of statement once for all of them (``_write_moves``)."""
         if not reports:
             return []
+        jobs_t, allocs = _table(JobRow), _table(AllocationRow)
         with self._tx(write=True) as s:
+            conn = s.connection()  # Core reads and writes: no ORM entity is loaded or flushed here
             ids = sorted({r.job_id for r, _ in reports})
-            lock = select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id)
-            jobs = {j.id: _Job(j) for j in s.scalars(lock.with_for_update() if self._postgres else lock)}
+            lock = (
+                select(jobs_t.c.id, jobs_t.c.state, jobs_t.c.version, jobs_t.c.attempt)
+                .where(jobs_t.c.id.in_(ids))
+                .order_by(jobs_t.c.id)
+            )
+            jobs = {j[0]: _Job(*j) for j in conn.execute(lock.with_for_update() if self._postgres else lock)}
             live = [j for j, job in jobs.items() if job.state in HOLDING]
-            ranks: dict[str, list[AllocationRow]] = defaultdict(list)
+            ranks: dict[str, list[_Rank]] = defaultdict(list)
             if live:
-                for row in s.scalars(
-                    select(AllocationRow).where(AllocationRow.job_id.in_(live), AllocationRow.releasing_s.is_(None))
-                ):
-                    ranks[row.job_id].append(row)
+                cols = [allocs.c[n] for n in _Rank.COLUMNS]
+                q = select(*cols).where(allocs.c.job_id.in_(live), allocs.c.releasing_s.is_(None))
+                for row in conn.execute(q.order_by(allocs.c.job_id, allocs.c.task_index)):
+                    ranks[row[0]].append(_Rank(row))
             out: list[RankOutcome] = []
             moves: list[_Move] = []
             for report, actor in reports:
                 job = jobs.get(report.job_id)
-                rows = sorted(ranks.get(report.job_id, ()), key=lambda r: r.task_index)
-                out.append(self._record(s, job, rows, report, actor, moves))
+                out.append(self._record(s, job, ranks.get(report.job_id, []), report, actor, moves))
+            self._write_ranks(conn, [r for rows in ranks.values() for r in rows if r.dirty])
             if moves:
-                s.flush()  # the rank columns before the jobs' guarded updates
-                self._write_moves(s, moves)
+                self._write_moves(conn, moves)
             return out
+
+    @staticmethod
+    def _write_ranks(conn: Connection, ranks: Sequence[_Rank]) -> None:
+        """The rank columns the batch's reports changed, one executemany (before the jobs' guarded updates)."""
+        if not ranks:
+            return
+        allocs = _table(AllocationRow)
+        key = (allocs.c.job_id == bindparam("b_job"), allocs.c.assignment == bindparam("b_alloc"))
+        conn.execute(
+            update(allocs)
+            .where(*key, allocs.c.task_index == bindparam("b_rank"))
+            .values(
+                launched_s=bindparam("b_launched"),
+                started_s=bindparam("b_started"),
+                exited_s=bindparam("b_exited"),
+                exit_code=bindparam("b_code"),
+                lost=bindparam("b_lost"),
+            ),
+            [
+                {"b_job": r.job_id, "b_alloc": r.assignment, "b_rank": r.task_index, "b_launched": r.launched_s}
+                | {"b_started": r.started_s, "b_exited": r.exited_s, "b_code": r.exit_code, "b_lost": r.lost}
+                for r in ranks
+            ],
+        )
 
     def _record(
         self,
         s: Session,
         job: _Job | None,
-        rows: Sequence[AllocationRow],
+        rows: Sequence[_Rank],
         report: RankReport,
         actor: str,
         moves: list[_Move],
@@ -179,7 +228,7 @@ class RanksMixin(JobsMixin, StoreBase):
         return RankOutcome(True, changed or bool(added), job.state)
 
     @staticmethod
-    def _note(row: AllocationRow, report: RankReport, now: float) -> bool:
+    def _note(row: _Rank, report: RankReport, now: float) -> bool:
         if row.exited_s is not None or row.lost:
             return False  # an end is final: a repeat (or a late "running") changes nothing
         before = (row.launched_s, row.started_s)
@@ -188,16 +237,15 @@ class RanksMixin(JobsMixin, StoreBase):
             row.started_s = row.started_s or now
         if report.state == "exited":
             row.exited_s, row.exit_code = now, report.exit_code
-            return True
-        if report.state == "lost":
+        elif report.state == "lost":
             row.exited_s, row.lost = now, True
-            return True
-        return (row.launched_s, row.started_s) != before
+        elif (row.launched_s, row.started_s) == before:
+            return False
+        row.dirty = True
+        return True
 
     @staticmethod
-    def _decide(
-        s: Session, job: _Job, rows: Sequence[AllocationRow], extra: str, actor: str, now: float
-    ) -> list[_Move]:
+    def _decide(s: Session, job: _Job, rows: Sequence[_Rank], extra: str, actor: str, now: float) -> list[_Move]:
         """The moves the ranks call for (none, one, or placed -> running -> finished), applied to ``job``'s state
         and version as they will be stored."""
         current = job.state
@@ -209,32 +257,34 @@ class RanksMixin(JobsMixin, StoreBase):
         if verdict is JobState.FAILED:
             why += extra
             assert v.cause is not None
-            again, note = retry_decision(s, job.row, job_record(job.row).spec, v.cause)
+            row = s.get(JobRow, job.id)  # the whole row (its spec's retry policy): only for a failure
+            assert row is not None  # locked by this transaction
+            again, note = retry_decision(s, row, job_record(row).spec, v.cause)
             if again:  # run again: this run ends failed (or lost), the job goes back to the queue
                 verdict, outcome = JobState.PENDING, CAUSE_OUTCOME[v.cause]
             if note:
-                why = f"attempt {job.row.attempt}: {why}; {note}"
+                why = f"attempt {job.attempt}: {why}; {note}"
         # Placed -> finished passes through running (every rank did start); placed -> failed is its own edge.
         steps = [JobState.RUNNING, verdict] if (current, verdict) == (JobState.PLACED, JobState.FINISHED) else [verdict]
         out = []
         for step in steps:
-            transition(JOB_TRANSITIONS, job.state, step, f"job {job.row.id}")
+            transition(JOB_TRANSITIONS, job.state, step, f"job {job.id}")
             if step is JobState.RUNNING:
-                move = _Move(job.row.id, job.version, job.state, step, "every rank started", actor, now)
+                move = _Move(job.id, job.version, job.state, step, "every rank started", actor, now)
             else:
-                move = _Move(job.row.id, job.version, job.state, step, why, actor, now, outcome, v.exit_code)
+                move = _Move(job.id, job.version, job.state, step, why, actor, now, outcome, v.exit_code)
             out.append(move)
             job.state, job.version = step, job.version + 1
         return out
 
     @staticmethod
-    def _write_moves(s: Session, moves: Sequence[_Move]) -> None:
+    def _write_moves(conn: Connection, moves: Sequence[_Move]) -> None:
         """Store ``moves`` (in order; a job's second move follows its first): each statement once, executemany.
         The jobs' update is guarded by version as ``_bump``'s is (the rows are locked, so it cannot miss); a
         move out of the holding states frees the job's ranks and ends its run as ``_free`` does."""
         jobs, attempts, usage = _table(JobRow), _table(JobAttemptRow), _table(UsageIntervalRow)
         allocs = _table(AllocationRow)
-        guarded = s.execute(
+        guarded = conn.execute(
             update(jobs)
             .where(jobs.c.id == bindparam("b_id"), jobs.c.version == bindparam("b_version"))
             .values(
@@ -251,11 +301,11 @@ class RanksMixin(JobsMixin, StoreBase):
                 for m in moves
             ],
         )
-        if s.get_bind().dialect.supports_sane_multi_rowcount and getattr(guarded, "rowcount", len(moves)) != len(moves):
+        if conn.dialect.supports_sane_multi_rowcount and getattr(guarded, "rowcount", len(moves)) != len(moves):
             raise StaleVersionError("a job reported on was changed by another writer during this update")
         started = [{"b_id": m.job_id, "b_now": m.now} for m in moves if m.new is JobState.RUNNING]
         if started:
-            s.execute(
+            conn.execute(
                 update(attempts)
                 .where(attempts.c.job_id == bindparam("b_id"), attempts.c.ended_s.is_(None))
                 .values(started_s=bindparam("b_now"), state=JobState.RUNNING.value),
@@ -268,7 +318,7 @@ class RanksMixin(JobsMixin, StoreBase):
                 | {"b_outcome": (m.outcome or m.new.value)[:16]}
                 for m in ended
             ]
-            s.execute(
+            conn.execute(
                 update(attempts)
                 .where(attempts.c.job_id == bindparam("b_id"), attempts.c.ended_s.is_(None))
                 .values(
@@ -280,18 +330,20 @@ class RanksMixin(JobsMixin, StoreBase):
                 params,
             )
             mine = allocs.c.job_id == bindparam("b_id")
-            s.execute(delete(allocs).where(mine, allocs.c.exited_s.is_not(None)), [{"b_id": m.job_id} for m in ended])
-            s.execute(
+            conn.execute(
+                delete(allocs).where(mine, allocs.c.exited_s.is_not(None)), [{"b_id": m.job_id} for m in ended]
+            )
+            conn.execute(
                 update(allocs).where(mine, allocs.c.releasing_s.is_(None)).values(releasing_s=bindparam("b_now")),
                 [{"b_id": m.job_id, "b_now": m.now} for m in ended],
             )
-            s.execute(
+            conn.execute(
                 update(usage)
                 .where(usage.c.job_id == bindparam("b_id"), usage.c.end_s.is_(None))
                 .values(end_s=bindparam("b_now")),
                 [{"b_id": m.job_id, "b_now": m.now} for m in ended],
             )
-        s.execute(
+        conn.execute(
             insert(_table(AuditRow)),
             [
                 {
