@@ -241,7 +241,7 @@ class Fleet:
             seen = "null" if node.seen_server_s is None else repr(node.seen_server_s)
             body = (
                 f'{{"seq":{seq},"at_s":{time.time()!r},"gpus":{self.gpus},"workloads":{workloads},'
-                f'"executed":[],"seen_server_s":{seen}}}'
+                f'"executed":[],"seen_server_s":{seen},"held":{json.dumps(node.held)}}}'
             ).encode()
             try:
                 status, data = await self.pool.call(f"/v1/agents/{node.host}/heartbeat", node.token, body)

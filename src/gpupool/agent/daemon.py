@@ -485,6 +485,7 @@ class Agent:
             workloads=tuple(self._reported()),
             executed=tuple(sorted(self._executed)),
             seen_server_s=self._seen_server_s,
+            held=self._held,  # the poll's commands, carried out: the reply brings only what is new
         )
         assert self.node_token is not None
         reply = self._unlocked(self.client.heartbeat, self.settings.host, self.node_token, req)

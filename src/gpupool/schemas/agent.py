@@ -189,6 +189,10 @@ class HeartbeatRequest(_Msg):
     # it built this beat: proof that the beat is not older than a launch sent before that time. The server
     # judges a stopped rank gone by its absence only from such a beat. None: an agent older than this field.
     seen_server_s: float | None = None
+    # The command keys the agent holds from its commands long-poll (as ``CommandsRequest.held``). The reply
+    # then carries commands only when one is new to the agent (every current command, as without it), else
+    # none: a beat does not rebuild launches the poll already delivered. None: every current command.
+    held: tuple[str, ...] | None = None
 
 
 class MountSpec(_Msg):

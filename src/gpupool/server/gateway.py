@@ -241,8 +241,9 @@ class AgentGateway:
         acked = self._apply(host, req.workloads)
         self._watch(host, req.workloads)
         self._released(host, req.workloads, req.seen_server_s)
+        held = None if req.held is None else frozenset(req.held)
         return HeartbeatReply(
-            commands=tuple(self.commands(host, req.workloads, req.executed)),
+            commands=tuple(self.commands(host, req.workloads, req.executed, held) or ()),  # None: all held
             heartbeat_interval_s=self._settings.heartbeat_interval_s,
             server_time_s=self._clock(),
             acked=tuple(acked),

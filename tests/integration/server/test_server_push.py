@@ -131,6 +131,35 @@ def test_a_poll_woken_with_nothing_new_builds_no_launch(
         assert reads and set(reads[-1]) == {first, second}
 
 
+def test_a_beat_holding_every_command_gets_none_and_builds_no_launch(
+    db_url: str, tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for api in make_api(db_url, tmp_path, clock, command_wait_s=60.0):
+        alice = api.tenant("alice")
+        node = api.register("gpu-01")
+        api.client.post("/v1/jobs", json=JOB, headers=alice)
+        api.srv.loop.run_cycle()
+        (launch,) = Poll(api, "gpu-01", node, {"workloads": [], "held": []}).result()
+        reads: list[list[str]] = []
+        ops = api.srv.gateway._ops
+        inputs = ops.launch_inputs
+        monkeypatch.setattr(ops, "launch_inputs", lambda jobs, r=reads, f=inputs: r.append(list(jobs)) or f(jobs))
+
+        def beat(held: list[str] | None) -> list[Any]:
+            body = {"seq": 1, "at_s": 0.0, "workloads": [], "held": held}
+            r = api.client.post("/v1/agents/gpu-01/heartbeat", json=body, headers=node)  # noqa: B023
+            assert r.status_code == 200, r.text
+            return list(r.json()["commands"])
+
+        # The agent holds the launch its poll brought (not reported yet): the beat brings nothing, reads nothing.
+        assert beat([f"launch:{launch['assignment_id']}"]) == []
+        assert reads == []
+        # Holding nothing (its poll failed), or saying nothing (an older agent): every command, as before.
+        assert beat([]) == [launch]
+        assert beat(None) == [launch]
+        assert len(reads) == 2
+
+
 def test_a_poll_with_nothing_new_ends_after_the_wait_with_what_it_has(
     db_url: str, tmp_path: Path, clock: Clock
 ) -> None:
