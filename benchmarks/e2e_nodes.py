@@ -5,7 +5,8 @@ protocol v1 as ``agent/daemon.py`` does, without a process per node or per workl
 kept open (``/v1/agents/{host}/commands``); each launch it is told "runs" at once (a report of ``running``
 sent, its answer noted as the launch acknowledged) and ends ``E2E_DURATION_S`` later (a report of
 ``exited 0``, repeated on heartbeats until one acknowledges it); a stop ends it with -15; a heartbeat every
-``heartbeat_interval_s`` with 8 GPU samples and what it runs. Prints ``ready`` once every host is registered,
+``heartbeat_interval_s`` with 8 GPU samples, what it runs and the commands it holds from its poll (``held``,
+as the agent sends it: the reply then brings only what is new). Prints ``ready`` once every host is registered,
 runs until its stdin closes (or ``--max-s``), then writes one JSON line per launched rank to ``--out``.
 
 ``submit``: an open-loop stream of job arrays (the bulk submit: one ``POST /v1/jobs`` with ``array`` per shape
