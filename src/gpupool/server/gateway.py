@@ -119,6 +119,7 @@ class AgentGateway:
         self._ranks = RankBatcher(store.record_ranks)  # rank reports of concurrent requests: one transaction
         self._fabric_lock = threading.Lock()
         self._fabric_at: tuple[Fabric | None, float] | None = None  # the launches' fabric and when it was read
+        self._fabric_reading = False  # a thread is reading it again (``_fabric``)
 
     # -- protocol versions -------------------------------------------------------------------------------------
     def check_protocol(
@@ -445,15 +446,22 @@ class AgentGateway:
     def _fabric(self) -> Fabric | None:
         """The fabric the launches name HCAs from: ``FabricCache.current``, whose key is a read of every agent,
         asked at most once per ``host_cache_s`` (the age the launches' assignments may have too), not per launch
-        (at a thousand nodes that read was most of a poll's derivation)."""
+        (at a thousand nodes that read was most of a poll's derivation). One thread reads it again at a time:
+        the others, meanwhile, take the one it replaces (dozens of threads derive at once under load)."""
         now = self._clock()
         with self._fabric_lock:
             got = self._fabric_at
-        if got is None or not 0 <= now - got[1] < self._settings.host_cache_s:
-            got = (self._fabrics.current()[0], now)
+            if got is not None and (0 <= now - got[1] < self._settings.host_cache_s or self._fabric_reading):
+                return got[0]
+            self._fabric_reading = True
+        try:
+            fabric = self._fabrics.current()[0]
+        finally:
             with self._fabric_lock:
-                self._fabric_at = got
-        return got[0]
+                self._fabric_reading = False
+        with self._fabric_lock:
+            self._fabric_at = (fabric, now)
+        return fabric
 
     def _launch(self, a: Assignment, job: LaunchInputs, fabric: Fabric | None) -> LaunchCommand | None:
         """The launch of ``a`` from its job's stored inputs, or None when its live allocation lacks ``a``."""
