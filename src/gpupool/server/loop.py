@@ -58,7 +58,7 @@ from gpupool.server.sharing import SharingBuilder
 from gpupool.server.statesync import StoreSync
 from gpupool.store import JobRecord, NodeRecord, Store
 from gpupool.store.fencing import Fence
-from gpupool.store.server_ops import ServerOps
+from gpupool.store.server_ops import ChangeMark, ServerOps
 
 log = logging.getLogger("gpupool.server.loop")
 ACTOR = "scheduler"
@@ -121,7 +121,7 @@ class SchedulingLoop(StoreSync):
         self._dirty = True
         self._db_state: dict[str, JobState] = {}
         self._versions: dict[str, int] = {}
-        self._mark = 0  # set by each rebuild
+        self._mark = ChangeMark(0)  # set by each rebuild
         self._reasons = StoredReasons()  # the waiting reasons stored last cycle: only changes are written
         self._facts = HeldFacts()  # the GPU grades and labels the state holds
         # Heartbeats' events (``server.live``), handed over by the gateway after their writes committed.

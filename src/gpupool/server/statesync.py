@@ -33,7 +33,7 @@ from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.journal import NoJournal
 from gpupool.server.live import HeldFacts, LiveInbox
 from gpupool.store import JobRecord, LoadedState, NodeRecord, Store
-from gpupool.store.server_ops import LiveJob, ServerOps
+from gpupool.store.server_ops import ChangeMark, LiveJob, ServerOps
 
 log = logging.getLogger("gpupool.server.loop")
 
@@ -51,7 +51,7 @@ class StoreSync:
     _dirty: bool
     _db_state: dict[str, JobState]
     _versions: dict[str, int]
-    _mark: int  # where the next read of the jobs' changes starts (``ServerOps.job_changes``)
+    _mark: ChangeMark  # where the next read of the jobs' changes starts (``ServerOps.job_changes``)
     _facts: HeldFacts
     _driver: CycleDriver
     _journal: NoJournal

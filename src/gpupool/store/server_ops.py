@@ -100,6 +100,17 @@ class LiveJob:
 
 
 @dataclass(frozen=True, slots=True)
+class ChangeMark:
+    """Where the next read of the jobs' changes starts: every change stamped ``next`` or later, and every one
+    stamped by a transaction of ``open`` (running when the mark was taken, so not seen yet: PostgreSQL's ids
+    are handed out in start order, not commit order). A change is read once: a later read skips what the
+    snapshot the mark came from could see."""
+
+    next: int
+    open: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Assignment:
     """One rank of a placed or running job on one host: what an agent should be running."""
 
@@ -124,6 +135,10 @@ class Assignment:
 
 def assignment_id(job_id: str, assignment: int, rank: int) -> str:
     return f"{job_id}.{assignment}.{rank}"
+
+
+def _change_mark(row: Sequence[Any]) -> ChangeMark:
+    return ChangeMark(int(row[0]), tuple(int(x) for x in row[1] or ()))
 
 
 class ServerOps(AgentRegistry):
@@ -353,38 +368,50 @@ class ServerOps(AgentRegistry):
         with self.store._core_tx(write=False) as conn, closing(conn.connection.cursor()) as cur:
             return read_launch_inputs(cur, self._mark, job_ids)
 
-    def change_mark(self) -> int:
+    def change_mark(self) -> ChangeMark:
         """Where a read of the jobs' changes starts so that it misses nothing committed from now on (the loop's
         rebuild takes it before it reads the store, so a change made meanwhile is read again, not lost)."""
         with self.store._core_tx(write=False) as conn, closing(conn.connection.cursor()) as cur:
-            return self._mark_now(cur)
+            cur.execute(f"SELECT {self._next_mark} FROM {self._snapshot}")
+            return _change_mark(cur.fetchall()[0])
 
-    def _mark_now(self, cur: Any) -> int:
-        # Migration 0015: PostgreSQL stamps a row with its writer's transaction id, and every transaction below
-        # the oldest still running is over; SQLite's writers are serialized, so the counter's order is commits'.
-        if self.store.concurrent_writes:  # PostgreSQL
-            cur.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
-        else:
-            cur.execute(f"SELECT COALESCE(MAX(change_seq), 0) + 1 FROM {JobRow.__tablename__}")
-        return int(cur.fetchone()[0])
+    def job_changes(self, since: ChangeMark) -> tuple[list[LiveJob], ChangeMark]:
+        """Every job whose state or version changed after mark ``since`` (live or not: an ended job is read with
+        how it ended), in submission order, and the mark to read from next. None is missed and none is read
+        twice, whatever else runs on the database (a long transaction elsewhere holds nothing back).
 
-    def job_changes(self, since: int) -> tuple[list[LiveJob], int]:
-        """Every job whose state or version changed at or after mark ``since`` (live or not: an ended job is
-        read with how it ended), in submission order, and the mark to read from next. A change may be read
-        twice (a later read compares it with what it knows); none committed after ``since`` is missed.
-
-        Read on the DB-API cursor (like the group commit): it runs every cycle.
+        Migration 0015 stamps a row with its writer's transaction id (PostgreSQL) or a counter in commit order
+        (SQLite, whose writers are serialized). On PostgreSQL the rows and the next mark come from one statement,
+        so from one snapshot: the next read takes what that snapshot could not see, ids from its ``xmax`` on and
+        those it saw running. Read on the DB-API cursor (like the group commit): it runs every cycle.
         """
+        jobs = JobRow.__tablename__
+        newer = f"change_seq >= {self._mark}"
+        if since.open:
+            newer = f"({newer} OR change_seq IN {self._in(len(since.open))})"
         sql = (
-            f"SELECT id, state, version FROM {JobRow.__tablename__} WHERE change_seq >= {self._mark}"
-            " ORDER BY submit_time_s, id"
+            f"SELECT {jobs}.id, state, version, {self._next_mark} FROM {self._snapshot}"
+            f" LEFT JOIN {jobs} ON {newer} ORDER BY submit_time_s, {jobs}.id"
         )
         states = {st.value: st for st in JobState}
         with self.store._core_tx(write=False) as conn, closing(conn.connection.cursor()) as cur:
-            mark = self._mark_now(cur)  # first: whatever commits after it is in this read or the next
-            cur.execute(sql, (since,))
+            cur.execute(sql, (since.next, *since.open))
             rows = cur.fetchall()
-        return [LiveJob(i, states[st], v) for i, st, v in rows if st in states], mark
+        mark = _change_mark(rows[0][3:])
+        return [LiveJob(i, states[st], v) for i, st, v, *_ in rows if st in states], mark
+
+    @property
+    def _snapshot(self) -> str:
+        """One row: the statement's own snapshot on PostgreSQL (``pg_current_snapshot`` is the snapshot the
+        statement reads with), a constant on SQLite (whose read transaction sees one state)."""
+        return f"(SELECT {'pg_current_snapshot()' if self.store.concurrent_writes else '1'} AS snap) s"
+
+    @property
+    def _next_mark(self) -> str:
+        """The columns of the next mark, from the statement's snapshot (``_snapshot``)."""
+        if self.store.concurrent_writes:  # PostgreSQL: ids from xmax on, and those running then
+            return "pg_snapshot_xmax(snap)::text::bigint, ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(snap) x)"
+        return f"(SELECT COALESCE(MAX(change_seq), 0) + 1 FROM {JobRow.__tablename__}), NULL"
 
     def job_states(self, job_ids: Sequence[str]) -> dict[str, JobState]:
         """The stored state of each of ``job_ids`` that is stored (one read per 500, on the DB-API cursor)."""

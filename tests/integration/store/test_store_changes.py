@@ -79,3 +79,37 @@ def test_a_write_begun_before_the_mark_and_committed_after_the_read_is_read_next
         assert {c.job_id: c.state for c in changes}["late"] is JobState.CANCELLED
     finally:
         writer.dispose()
+
+
+def test_a_long_transaction_elsewhere_neither_repeats_changes_nor_hides_its_own(
+    store: Store, make_spec: Spec, db_url: str
+) -> None:
+    """A transaction begun before the reads and left open (a slow writer, a report, a backup) must not make every
+    later read return the same changes again: the loop would fold them anew each cycle. On PostgreSQL it holds a
+    transaction id below every later one; its own write, once committed, is read once. (SQLite: an open read.)"""
+    ops = ServerOps(store)
+    _submit(ops, [make_spec("slow", submit_time_s=0.0)])
+    mark = ops.change_mark()
+    other = sa.create_engine(db_url)
+    try:
+        with other.connect() as conn:
+            tx = conn.begin()
+            if store.concurrent_writes:
+                conn.execute(sa.text("UPDATE jobs SET version = version + 1 WHERE id = 'slow'"))
+            else:
+                conn.execute(sa.text("SELECT count(*) FROM jobs"))
+            _submit(ops, [make_spec("j1", submit_time_s=1.0), make_spec("j2", submit_time_s=2.0)])
+            changes, mark = ops.job_changes(mark)
+            assert _ids(changes) == ["j1", "j2"]
+            assert ops.job_changes(mark)[0] == []  # read once, though the open transaction is older
+            j2 = store.get_job("j2")
+            store.transition_job("j2", j2.version, JobState.CANCELLED, "user asked", actor="b")
+            changes, mark = ops.job_changes(mark)
+            assert [(c.job_id, c.state) for c in changes] == [("j2", JobState.CANCELLED)]
+            assert ops.job_changes(mark)[0] == []
+            tx.commit()
+        changes, mark = ops.job_changes(mark)
+        assert _ids(changes) == (["slow"] if store.concurrent_writes else [])
+        assert ops.job_changes(mark)[0] == []
+    finally:
+        other.dispose()

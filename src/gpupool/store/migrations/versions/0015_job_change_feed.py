@@ -11,8 +11,9 @@ that changes ``state`` or ``version``, whichever code path writes the row: the l
 SQLite: one more than the largest stored (writers are serialized, so the order of the counter is the order of
 the commits; a reader that saw counter n has seen every change up to n). PostgreSQL: the writing transaction's
 64-bit id (``pg_current_xact_id``); ids are handed out in start order, not commit order, so the reader keeps as
-its mark the oldest transaction still running when it read (``pg_snapshot_xmin``), and reads again from there:
-a row may be read twice, never missed. Rows stored before keep 0: the loop's rebuild reads every live job.
+its mark what its read's snapshot could not see (ids from ``pg_snapshot_xmax`` on, and those it saw running:
+``server_ops.ChangeMark``), and a row is read once, never missed. Rows stored before keep 0: the loop's rebuild
+reads every live job.
 
 A later migration that rebuilds ``jobs`` on SQLite (``batch_alter_table``) drops these triggers and must create
 them again (``tests/integration/store/test_store_changes.py`` fails without them).
