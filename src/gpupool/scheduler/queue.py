@@ -19,19 +19,21 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
+from types import MappingProxyType
 from typing import TypeVar
 
 import numpy as np
 
 from gpupool.cluster.snapshot import ClusterSnapshot, PendingFeed
 from gpupool.domain.jobs import JobSpec
-from gpupool.scheduler.policies import get_policy
+from gpupool.scheduler.policies import get_policy, keyed_as_restarted
 from gpupool.scheduler.shapes import Shape, shape
 from gpupool.scheduler.types import JobNumbers, QueueGroup, QueueView, SortKey
 
 T = TypeVar("T")
+_NONE: Mapping[str, int] = MappingProxyType({})
 
 
 class _Group:
@@ -147,17 +149,20 @@ class QueueIndex:
     def discard(self, job_id: str) -> None:
         self.change((job_id,))
 
-    def reset(self, jobs: Iterable[JobSpec]) -> None:
-        """Start again from these jobs (a new feed, or a snapshot without one)."""
+    def reset(self, jobs: Iterable[JobSpec], preempted: Mapping[str, int] = _NONE) -> None:
+        """Start again from these jobs (a new feed, or a snapshot without one). ``preempted``: how often each job
+        was preempted (``ClusterSnapshot.preemption_count``): a deadline job preempted before is keyed by its
+        deadline less a restart (``policies.as_ordered``)."""
         self._groups.clear()
         self._where.clear()
         self._held.clear()
         self._deadlines = self._elastic = 0
         self._keys, self._ids = [], []
-        self._insert(jobs)
+        self._insert(jobs, preempted)
 
-    def change(self, entries: Iterable[JobSpec | str]) -> None:
-        """Fold in, in order, what entered the queue (a spec) and what left it (an id), as a feed lists them.
+    def change(self, entries: Iterable[JobSpec | str], preempted: Mapping[str, int] = _NONE) -> None:
+        """Fold in, in order, what entered the queue (a spec) and what left it (an id), as a feed lists them
+        (``preempted`` as for ``reset``).
 
         Only the net change is applied (a job that left and came back is moved, one that came and went is
         never inserted), with one pass over each group it touches and one over the whole order: a cycle's
@@ -176,7 +181,7 @@ class QueueIndex:
         if gone:
             self._remove(gone)
         if new:
-            self._insert(new.values())
+            self._insert(new.values(), preempted)
 
     def _remove(self, gone: Iterable[str]) -> None:
         by_shape: dict[Shape, list[SortKey]] = defaultdict(list)
@@ -194,9 +199,10 @@ class QueueIndex:
         self._keys, self._ids = _cut(self._keys, at), _cut(self._ids, at)
         self._order = None
 
-    def _insert(self, jobs: Iterable[JobSpec]) -> None:
+    def _insert(self, jobs: Iterable[JobSpec], preempted: Mapping[str, int]) -> None:
         """Put ``jobs`` (none of them here) in their places."""
-        entries = sorted(((self.key(j), j) for j in jobs), key=itemgetter(0))
+        key = keyed_as_restarted(self.key, preempted)
+        entries = sorted(((key(j), j) for j in jobs), key=itemgetter(0))
         by_shape: dict[Shape, list[tuple[SortKey, JobSpec]]] = defaultdict(list)
         for k, job in entries:
             sh = shape(job)
@@ -223,9 +229,9 @@ class QueueIndex:
         if feed is None:
             return False
         if feed is not self._feed or at < self._read:
-            self.reset(snapshot.pending)
+            self.reset(snapshot.pending, snapshot.preemption_count)
         else:
-            self.change(feed.entries[self._read : at])
+            self.change(feed.entries[self._read : at], snapshot.preemption_count)
         self._feed, self._read = feed, at
         return True
 

@@ -305,11 +305,12 @@ def test_the_default_settings_decide_from_the_kept_queue_as_job_by_job(
         policy=policy, placer=placer, max_placements_per_cycle=limit, backfill=backfill, preemption=preemption
     )
     cfg, sharing = scheduler_config(s), sharing_policy(s)
-    index = QueueIndex(policy)
-    index.reset(pending)
-    # Some were preempted before: their deadlines count a restart, which the queue's numbers do not.
+    # Some were preempted before: their deadlines count a restart, which the queue's numbers do not; the
+    # order counts it too (``policies.as_ordered``).
     again = data.draw(st.lists(st.booleans(), min_size=len(pending), max_size=len(pending)))
     restarted = MappingProxyType({j.job_id: 1 for j, a in zip(pending, again, strict=True) if a})
+    index = QueueIndex(policy)
+    index.reset(pending, restarted)
     snap = dataclasses.replace(state.snapshot(), preemption_count=restarted)
     plain = ScheduleRequest(snap, tuple(pending), now, cfg, sharing)
     kept = dataclasses.replace(plain, queue=index.view())
