@@ -27,7 +27,7 @@ from gpupool.domain.events import JobCancelled, JobPlaced, JobPreempted, JobSubm
 from gpupool.domain.jobs import JobSpec, PriorityClass, Scaling
 from gpupool.scheduler import NO_SHARING, PLACERS, POLICIES, SchedulerConfig, ScheduleRequest, schedule
 from gpupool.scheduler.driver import CycleDriver
-from gpupool.scheduler.policies import get_policy
+from gpupool.scheduler.policies import get_policy, keyed_as_restarted
 from gpupool.scheduler.queue import QueueIndex
 from gpupool.scheduler.settings import SchedulerSettings, scheduler_config, sharing_policy
 from gpupool.scheduler.shapes import shape
@@ -44,9 +44,11 @@ def _in_order(view: QueueView) -> list[JobSpec]:
 def _whole(view: QueueView, state: ClusterState, policy: str) -> None:
     """Every part of a kept view is what the state's queue makes of it, worked out here: each group holds the
     pending jobs of its shape in key order, with their ids and numbers (NaN equal to NaN); the order of all
-    is the policy's; the held and deadline counts are the queue's."""
-    key = get_policy(policy).static_key
-    assert key is not None
+    is the policy's (a deadline job preempted before keyed with its restart counted); the held and deadline
+    counts are the queue's."""
+    static = get_policy(policy).static_key
+    assert static is not None
+    key = keyed_as_restarted(static, state.snapshot().preemption_count)
     pending = state.snapshot().pending
     by_shape = Counter(shape(j) for j in pending)
     assert {g.shape: len(g.jobs) for g in view.groups} == dict(by_shape)
