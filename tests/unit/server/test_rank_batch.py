@@ -1,4 +1,4 @@
-"""The rank reports' group commit (``RankBatcher``): callers that arrive while a commit runs share the next one, each
+"""The rank reports' group commit (``RankBatcher`` over ``GroupCommit``): callers that arrive while a commit runs share the next one, each
 gets the outcomes of its own reports; a batch refused for one report's sake is stored one report at a time;
 a database away fails every caller of the batch."""
 
@@ -67,7 +67,8 @@ def _callers(batcher: RankBatcher, store: FakeStore, groups: list[list[str]]) ->
     for i in range(1, len(groups)):
         threads.append(threading.Thread(target=call, args=(i,)))
         threads[-1].start()
-    _wait_for(lambda: len(batcher._queue) == len(groups) - 1, "the callers to queue")
+    queued = sum(len(g) for g in groups[1:])
+    _wait_for(lambda: batcher._commit._queue.qsize() == queued, "the callers to queue")
     store.release.set()
     for t in threads:
         t.join(10)
