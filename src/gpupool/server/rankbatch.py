@@ -40,7 +40,7 @@ class RankBatcher:
         """Store ``reports`` (with those of concurrent callers); returns after the commit that holds them, one
         outcome per report in order. Raises what failed the whole batch (the database away)."""
         out: list[Outcome] = []
-        for fut in self._commit.enqueue(reports):
+        for fut in self._commit.run(reports):
             e = fut.exception()
             if e is None:
                 out.append(fut.result())

@@ -68,7 +68,7 @@ def _callers(batcher: RankBatcher, store: FakeStore, groups: list[list[str]]) ->
         threads.append(threading.Thread(target=call, args=(i,)))
         threads[-1].start()
     queued = sum(len(g) for g in groups[1:])
-    _wait_for(lambda: batcher._commit._queue.qsize() == queued, "the callers to queue")
+    _wait_for(lambda: len(batcher._commit._queue) == queued, "the callers to queue")
     store.release.set()
     for t in threads:
         t.join(10)
