@@ -2,12 +2,13 @@
 one transaction (``groupcommit.GroupCommit`` over ``Store.record_ranks``), each caller answered with the
 outcomes of its own reports.
 
-A fleet reports two states per rank (running, then exited), and one transaction each made the reports' commit
-rate the intake's limit. A caller (a beat worker) returns only after the commit that holds its reports, so an
-acknowledged end is durable as before; a report is idempotent (an end is final, a repeat changes nothing), so
-an agent that repeats one whose answer it never got changes nothing. A report refused alone (a job another
-replica changed meanwhile) is that report's outcome, not acknowledged: its agent repeats it. A database that is
-away is not waited for (no retry): every caller of the batch gets the error, and each agent repeats its reports.
+A fleet reports two states per rank (running, then exited), and one transaction each made the reports' commit rate
+the intake's limit. A caller (a beat worker) commits in its own thread (``GroupCommit.run``: it takes the commit
+turn, or finds its reports stored by the turn before) and returns only after the commit that holds its reports, so
+an acknowledged end is durable as before; a report is idempotent (an end is final, a repeat changes nothing), so an
+agent that repeats one whose answer it never got changes nothing. A report refused alone (a job another replica
+changed meanwhile) is that report's outcome, not acknowledged: its agent repeats it. A database that is away is not
+waited for (no retry): every caller of the batch gets the error, and each agent repeats its reports.
 """
 
 from __future__ import annotations
