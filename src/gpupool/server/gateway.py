@@ -411,7 +411,7 @@ class AgentGateway:
         for job_id in moved:
             log.warning("job %s: a rank on %s is gone (watchdog)", job_id, host)
         if moved:
-            self._hosts.invalidate()
+            self._hosts.invalidate(moved)  # only these jobs' ranks changed: a patch, not a reload of every host
             self._wake()
 
     # -- launch commands ---------------------------------------------------------------------------------------

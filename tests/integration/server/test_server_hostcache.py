@@ -97,6 +97,27 @@ def test_placements_and_reports_patch_the_snapshot_as_a_whole_reload_would(api: 
     assert hosts.assignments("gpu-01") == patched and hosts.loads == loads + 1
 
 
+def test_a_rank_never_launched_is_requeued_by_a_patch_as_a_whole_reload_would_see_it(api: Api) -> None:
+    """The watchdog's requeue (a beat past node_lost_after_s that does not list a placed rank) re-reads only the
+    jobs it moved: no whole reload of every host, and the snapshot holds what a whole reload reads."""
+    alice = api.tenant("alice")
+    node = api.register("gpu-01")
+    hosts = api.srv.gateway._hosts
+    job_id = api.client.post("/v1/jobs", json=JOB, headers=alice).json()["job"]["id"]
+    assert api.srv.loop.run_cycle().placed == 1
+    (launch,) = api.beat("gpu-01", node)  # received, never run
+    assert launch["kind"] == "launch"
+    api.clock.t += api.srv.settings.node_lost_after_s + 1
+    assert [a.job_id for a in hosts.assignments("gpu-01")] == [job_id]  # the age's reload, before the beat
+    loads, patches = hosts.loads, hosts.patches
+    assert api.beat("gpu-01", node) == []
+    assert api.srv.store.get_job(job_id).state is JobState.PENDING
+    (patched,) = hosts.assignments("gpu-01")
+    assert patched.releasing and hosts.loads == loads and hosts.patches > patches  # its GPUs held until gone
+    hosts.invalidate()  # a whole reload from the store
+    assert hosts.assignments("gpu-01") == (patched,) and hosts.loads == loads + 1
+
+
 def test_a_replica_taking_beats_sees_the_leaders_placement_within_host_cache_s(
     db_url: str, tmp_path: Path, clock: Clock
 ) -> None:
