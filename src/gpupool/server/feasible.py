@@ -121,13 +121,16 @@ class SubmitCheck:
     ) -> None:
         self._nodes, self._pools, self._ttl_s, self._clock = nodes, pools, ttl_s, clock
         self._lock = threading.Lock()
+        self._reading = threading.Lock()  # one read of the store at a time (``check``)
         self._known: Facts | None = None
         self._at = 0.0
+        self._epoch = 0  # bumped by ``invalidate``: a read begun before it is not kept
 
     def invalidate(self) -> None:
         """Labels, nodes or pools were removed here: a cached fact must not let in a job nothing can run."""
         with self._lock:
             self._known = None
+            self._epoch += 1
 
     def cached_ok(self, job: JobSpec) -> bool:
         """Whether the cached facts, if fresh, let ``job`` in (no store read; False when none are cached)."""
@@ -136,12 +139,23 @@ class SubmitCheck:
         return known is not None and fresh and never_runs(job, known) is None
 
     def check(self, job: JobSpec) -> None:
-        """Raise why ``job`` can never run, from a fresh read of the store (call it off the event loop)."""
-        now = self._clock()
-        known = facts(self._nodes(), self._pools())
-        with self._lock:
-            # No node yet: not kept, so the first nodes to register count at the next submit, not a ttl later.
-            self._known, self._at = (known if known.nodes else None), now
+        """Raise why ``job`` can never run, from a fresh read of the store (call it off the event loop).
+
+        One read at a time: the submits that found the facts stale together wait for one read and are let in
+        by what it read (as ``cached_ok`` would have let them in after it); a job those facts refuse is judged
+        on a read of its own. At a thousand nodes a read costs tens of milliseconds, and every submit stream
+        found them stale at once each ``ttl_s``."""
+        with self._reading:
+            if self.cached_ok(job):
+                return
+            with self._lock:
+                epoch = self._epoch
+            now = self._clock()
+            known = facts(self._nodes(), self._pools())
+            with self._lock:
+                if self._epoch == epoch:  # else something was removed meanwhile: this read may not show it
+                    # No node yet: not kept, so the first nodes to register count at the next submit, not a ttl later.
+                    self._known, self._at = (known if known.nodes else None), now
         err = never_runs(job, known)
         if err is not None:
             raise err

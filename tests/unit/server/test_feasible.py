@@ -3,10 +3,15 @@ nodes and defined pools, and why; nothing is refused before a node has registere
 
 from __future__ import annotations
 
+import threading
+
+import pytest
+
+from gpupool.domain.errors import GpupoolError
 from gpupool.domain.events import HealthGrade
 from gpupool.domain.jobs import GpuShare, JobSpec, Scaling
 from gpupool.domain.states import NodeState
-from gpupool.server.feasible import facts, never_runs
+from gpupool.server.feasible import SubmitCheck, UnschedulableError, facts, never_runs
 from gpupool.store.records import NodeRecord
 
 
@@ -53,3 +58,57 @@ def test_a_pool_must_be_defined_once_pools_are_in_use() -> None:
     refused = why(JobSpec("j", pool="anything"), pools=("training", "inference")) or ""
     assert refused == "UNKNOWN_POOL: pool 'anything' is not defined; the defined pools: inference, training"
     assert why(JobSpec("j", pool="training"), pools=("training",)) is None
+
+
+class _SlowReads:
+    """The store's node read, held open until ``go`` is set; counts the reads."""
+
+    def __init__(self) -> None:
+        self.reads, self.go, self.entered = 0, threading.Event(), threading.Event()
+
+    def __call__(self) -> list[NodeRecord]:
+        self.reads += 1
+        self.entered.set()
+        assert self.go.wait(30)
+        return NODES
+
+
+def _checks(fits: SubmitCheck, jobs: list[JobSpec]) -> tuple[list[threading.Thread], list[GpupoolError | None]]:
+    out: list[GpupoolError | None] = []
+
+    def one(job: JobSpec) -> None:
+        try:
+            fits.check(job)
+            out.append(None)
+        except GpupoolError as e:
+            out.append(e)
+
+    threads = [threading.Thread(target=one, args=(j,)) for j in jobs]
+    for t in threads:
+        t.start()
+    return threads, out
+
+
+def test_submits_that_find_the_facts_stale_together_share_one_read_and_a_refusal_reads_its_own() -> None:
+    reads, clock = _SlowReads(), [0.0]
+    fits = SubmitCheck(reads, lambda: (), 1.0, lambda: clock[0])
+    threads, out = _checks(fits, [JobSpec(f"j{i}") for i in range(5)])
+    assert reads.entered.wait(30)
+    reads.go.set()
+    for t in threads:
+        t.join(30)
+    assert out == [None] * 5 and reads.reads == 1  # one read for the five
+    with pytest.raises(UnschedulableError, match="largest registered node has 8"):
+        fits.check(JobSpec("big", gpus_per_task=16))  # refused on a read of its own, not on the kept facts
+    assert reads.reads == 2
+
+
+def test_a_read_begun_before_an_invalidation_is_not_kept() -> None:
+    reads, clock = _SlowReads(), [0.0]
+    fits = SubmitCheck(reads, lambda: (), 1.0, lambda: clock[0])
+    threads, out = _checks(fits, [JobSpec("j")])
+    assert reads.entered.wait(30)
+    fits.invalidate()  # a node removed while the read was under way
+    reads.go.set()
+    threads[0].join(30)
+    assert out == [None] and not fits.cached_ok(JobSpec("j"))
