@@ -10,9 +10,10 @@ their GPUs (every placement check counts them) until their agent confirms their 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -31,7 +32,7 @@ from gpupool.store.codec import spec_from_json, spec_to_json
 from gpupool.store.fencing import Fence
 from gpupool.store.placements import Placement, PlacementRows, check_capacity, chunks, gpus_held, placeable
 from gpupool.store.records import AttemptRecord, JobRecord
-from gpupool.store.rows import AllocationRow, JobAttemptRow, JobRow, NodeRow, UsageIntervalRow
+from gpupool.store.rows import AllocationRow, Base, JobAttemptRow, JobRow, NodeRow, UsageIntervalRow
 
 HOLDING = frozenset({JobState.PLACED, JobState.RUNNING})  # the states in which a job holds GPUs
 MAX_KEY = 256
@@ -393,27 +394,55 @@ class JobsMixin(StoreBase):
 
     @staticmethod
     def _free(s: Session, job_id: str, now: float, outcome: str, reason: str, exit_code: int | None = None) -> None:
-        """The job no longer holds its allocation: ranks that ended are deleted; every other rank becomes
-        releasing, its GPUs held until its agent confirms the process gone (``release_ranks``). That includes a
-        rank never reported launched: its launch may be on its way or carried out with the report still in
-        flight (a cancel 0.1 s after the launch handed its GPUs to the next job while the process ran on).
-        Its run ends as ``outcome``, with ``reason``."""
-        s.execute(
-            update(JobAttemptRow)
-            .where(JobAttemptRow.job_id == job_id, JobAttemptRow.ended_s.is_(None))
-            .values(ended_s=now, state=outcome[:16], reason=reason, exit_code=exit_code)
-            .execution_options(synchronize_session=False)
-        )
-        mine = AllocationRow.job_id == job_id
-        s.execute(delete(AllocationRow).where(mine, AllocationRow.exited_s.is_not(None)))
-        s.execute(
-            update(AllocationRow)
-            .where(mine, AllocationRow.releasing_s.is_(None))
-            .values(releasing_s=now)
-            .execution_options(synchronize_session=False)
-        )
-        s.execute(
-            update(UsageIntervalRow)
-            .where(UsageIntervalRow.job_id == job_id, UsageIntervalRow.end_s.is_(None))
-            .values(end_s=now)
-        )
+        """The job no longer holds its allocation (``end_runs``)."""
+        s.flush()  # the session's pending changes go first, as the autoflush of an ORM statement sent them
+        end_runs(s.connection(), [RunEnd(job_id, now, outcome, reason, exit_code)])
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """A job leaving the holding states: its run ends as ``outcome`` (cut to the column's 16), with ``reason``."""
+
+    job_id: str
+    now: float
+    outcome: str
+    reason: str
+    exit_code: int | None = None
+
+
+def table_of(row: type[Base]) -> Table:
+    return cast(Table, row.__table__)
+
+
+def end_runs(conn: Connection, ends: Sequence[RunEnd]) -> None:
+    """The jobs no longer hold their allocations, each statement once for all of them (executemany): ranks that
+    ended are deleted; every other rank becomes releasing, its GPUs held until its agent confirms the process
+    gone (``release_ranks``). That includes a rank never reported launched: its launch may be on its way or
+    carried out with the report still in flight (a cancel 0.1 s after the launch handed its GPUs to the next job
+    while the process ran on). Each job's run ends, and its usage intervals close."""
+    if not ends:
+        return
+    attempts, allocs, usage = table_of(JobAttemptRow), table_of(AllocationRow), table_of(UsageIntervalRow)
+    job = [{"b_id": e.job_id} for e in ends]
+    at = [{"b_id": e.job_id, "b_now": e.now} for e in ends]
+    run = [{"b_outcome": e.outcome[:16], "b_reason": e.reason, "b_code": e.exit_code} for e in ends]
+    conn.execute(
+        update(attempts)
+        .where(attempts.c.job_id == bindparam("b_id"), attempts.c.ended_s.is_(None))
+        .values(
+            ended_s=bindparam("b_now"),
+            state=bindparam("b_outcome"),
+            reason=bindparam("b_reason"),
+            exit_code=bindparam("b_code"),
+        ),
+        [a | r for a, r in zip(at, run, strict=True)],
+    )
+    mine = allocs.c.job_id == bindparam("b_id")
+    conn.execute(delete(allocs).where(mine, allocs.c.exited_s.is_not(None)), job)
+    conn.execute(update(allocs).where(mine, allocs.c.releasing_s.is_(None)).values(releasing_s=bindparam("b_now")), at)
+    conn.execute(
+        update(usage)
+        .where(usage.c.job_id == bindparam("b_id"), usage.c.end_s.is_(None))
+        .values(end_s=bindparam("b_now")),
+        at,
+    )

@@ -18,17 +18,27 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from gpupool.domain.errors import StaleVersionError
 from gpupool.domain.jobs import Allocation, RetryOn
 from gpupool.domain.states import JOB_TRANSITIONS, JobState, transition
 from gpupool.store.base import StoreBase, dumps
-from gpupool.store.jobs import CAUSE_OUTCOME, HOLDING, JobsMixin, allocation_from_rows, job_record, retry_decision
-from gpupool.store.rows import AllocationRow, AuditRow, Base, JobAttemptRow, JobRow, UsageIntervalRow
+from gpupool.store.jobs import (
+    CAUSE_OUTCOME,
+    HOLDING,
+    JobsMixin,
+    RunEnd,
+    allocation_from_rows,
+    end_runs,
+    job_record,
+    retry_decision,
+    table_of,
+)
+from gpupool.store.rows import AllocationRow, AuditRow, JobAttemptRow, JobRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,10 +96,6 @@ def _verdict(rows: Sequence[_Rank]) -> _Verdict:
     if all(r.started_s is not None for r in rows):
         return _Verdict(JobState.RUNNING, "every rank started")
     return _Verdict(None)
-
-
-def _table(row: type[Base]) -> Table:
-    return cast(Table, row.__table__)
 
 
 class _Job:
@@ -150,7 +156,7 @@ class RanksMixin(JobsMixin, StoreBase):
         kind of statement once for all of them (``_write_moves``)."""
         if not reports:
             return []
-        jobs_t, allocs = _table(JobRow), _table(AllocationRow)
+        jobs_t, allocs = table_of(JobRow), table_of(AllocationRow)
         with self._tx(write=True) as s:
             conn = s.connection()  # Core reads and writes: no ORM entity is loaded or flushed here
             ids = sorted({r.job_id for r, _ in reports})
@@ -182,7 +188,7 @@ class RanksMixin(JobsMixin, StoreBase):
         """The rank columns the batch's reports changed, one executemany (before the jobs' guarded updates)."""
         if not ranks:
             return
-        allocs = _table(AllocationRow)
+        allocs = table_of(AllocationRow)
         key = (allocs.c.job_id == bindparam("b_job"), allocs.c.assignment == bindparam("b_alloc"))
         conn.execute(
             update(allocs)
@@ -281,9 +287,8 @@ class RanksMixin(JobsMixin, StoreBase):
     def _write_moves(conn: Connection, moves: Sequence[_Move]) -> None:
         """Store ``moves`` (in order; a job's second move follows its first): each statement once, executemany.
         The jobs' update is guarded by version as ``_bump``'s is (the rows are locked, so it cannot miss); a
-        move out of the holding states frees the job's ranks and ends its run as ``_free`` does."""
-        jobs, attempts, usage = _table(JobRow), _table(JobAttemptRow), _table(UsageIntervalRow)
-        allocs = _table(AllocationRow)
+        move out of the holding states frees the job's ranks and ends its run (``end_runs``, as ``_free`` does)."""
+        jobs, attempts = table_of(JobRow), table_of(JobAttemptRow)
         guarded = conn.execute(
             update(jobs)
             .where(jobs.c.id == bindparam("b_id"), jobs.c.version == bindparam("b_version"))
@@ -311,40 +316,16 @@ class RanksMixin(JobsMixin, StoreBase):
                 .values(started_s=bindparam("b_now"), state=JobState.RUNNING.value),
                 started,
             )
-        ended = [m for m in moves if m.new not in HOLDING]
-        if ended:
-            params = [
-                {"b_id": m.job_id, "b_now": m.now, "b_reason": m.reason, "b_code": m.exit_code}
-                | {"b_outcome": (m.outcome or m.new.value)[:16]}
-                for m in ended
-            ]
-            conn.execute(
-                update(attempts)
-                .where(attempts.c.job_id == bindparam("b_id"), attempts.c.ended_s.is_(None))
-                .values(
-                    ended_s=bindparam("b_now"),
-                    state=bindparam("b_outcome"),
-                    reason=bindparam("b_reason"),
-                    exit_code=bindparam("b_code"),
-                ),
-                params,
-            )
-            mine = allocs.c.job_id == bindparam("b_id")
-            conn.execute(
-                delete(allocs).where(mine, allocs.c.exited_s.is_not(None)), [{"b_id": m.job_id} for m in ended]
-            )
-            conn.execute(
-                update(allocs).where(mine, allocs.c.releasing_s.is_(None)).values(releasing_s=bindparam("b_now")),
-                [{"b_id": m.job_id, "b_now": m.now} for m in ended],
-            )
-            conn.execute(
-                update(usage)
-                .where(usage.c.job_id == bindparam("b_id"), usage.c.end_s.is_(None))
-                .values(end_s=bindparam("b_now")),
-                [{"b_id": m.job_id, "b_now": m.now} for m in ended],
-            )
+        end_runs(
+            conn,
+            [
+                RunEnd(m.job_id, m.now, m.outcome or m.new.value, m.reason, m.exit_code)
+                for m in moves
+                if m.new not in HOLDING
+            ],
+        )
         conn.execute(
-            insert(_table(AuditRow)),
+            insert(table_of(AuditRow)),
             [
                 {
                     "at_s": m.now,
