@@ -146,9 +146,6 @@ class QueueIndex:
         """How many pending jobs are elastic (``scheduler.elastic`` plans them before the cycle)."""
         return self._elastic
 
-    def discard(self, job_id: str) -> None:
-        self.change((job_id,))
-
     def reset(self, jobs: Iterable[JobSpec], preempted: Mapping[str, int] = _NONE) -> None:
         """Start again from these jobs (a new feed, or a snapshot without one). ``preempted``: how often each job
         was preempted (``ClusterSnapshot.preemption_count``): a deadline job preempted before is keyed by its

@@ -232,7 +232,7 @@ def test_jobs_with_an_array_cap_are_counted_and_decided_one_by_one() -> None:
     index = QueueIndex("fifo")
     index.reset(queue)
     assert index.view().held == 3
-    index.discard("a2")
+    index.change(["a2"])  # a2 left the queue, as a feed says it
     view = index.view()
     assert view.held == 2
     got = schedule(
