@@ -34,9 +34,17 @@ from gpupool.scheduler.types import CycleInputs, SharingPolicy
 # cycles that consider a waiting job on a busy cluster (a few seconds each in Chronus MIX1 on 960 GPUs).
 AT_RISK_MIN_S = 30.0
 # What a restart costs before a preempted job's work goes on (stop, relaunch, checkpoint load): the deadline
-# tests of a job preempted before count it (``taking.start_delay``), the elastic planner charges it for a
+# tests of a job preempted before count it (``start_delay``), the elastic planner charges it for a
 # resize, and the simulated world charges it by default.
 RESTART_S = 60.0
+
+
+def start_delay(job: JobSpec, snapshot: ClusterSnapshot, launch_latency_s: float) -> float:
+    """Seconds from a deadline job's placement to its work going on: the launch, and for a job that was
+    preempted before, a restart (``RESTART_S``: the simulated world charges it, and a deadline job may be
+    preempted itself, ``taking.restartable``)."""
+    restarts = job.deadline_s is not None and snapshot.preemption_count.get(job.job_id, 0) > 0
+    return launch_latency_s + (RESTART_S if restarts else 0.0)
 
 
 def at_risk(slack_s: float, runtime_s: float, share: float) -> bool:
@@ -107,9 +115,7 @@ def admit(
         free -= g
         heapq.heappush(ends, (t + q.runtime_with(q.tasks, config.default_runtime_s), g))
     best: tuple[float, int] | None = None
-    # A deadline job preempted before pays a restart when placed again (``taking.start_delay``).
-    restarts = job.deadline_s is not None and snapshot.preemption_count.get(job.job_id, 0) > 0
-    delay = config.launch_latency_s + (RESTART_S if restarts else 0.0)
+    delay = start_delay(job, snapshot, config.launch_latency_s)
     for k in range(job.tasks, job.fewest_tasks - 1, -1):
         g = _gpus(job, k)
         if g > capacity:

@@ -22,8 +22,9 @@ from gpupool.cluster.snapshot import RunningJob
 from gpupool.domain.jobs import MILLI_PER_GPU, JobSpec
 from gpupool.scheduler.backfill import expected_end, reserve
 from gpupool.scheduler.cyclestate import Ask, Cycle
-from gpupool.scheduler.deadlines import AT_RISK_MIN_S, RESTART_S
+from gpupool.scheduler.deadlines import RESTART_S
 from gpupool.scheduler.deadlines import at_risk as deadline_at_risk
+from gpupool.scheduler.deadlines import start_delay as deadline_start_delay
 from gpupool.scheduler.diagnose import never_fits
 from gpupool.scheduler.placement import Need, TaskPick, make_need
 from gpupool.scheduler.preemption import Candidate, candidate, find_victims, give
@@ -35,11 +36,8 @@ RECLAIMS = frozenset({ReasonCode.POOL_RECLAIM, ReasonCode.QUOTA_RECLAIM, ReasonC
 
 
 def start_delay(cy: Cycle, job: JobSpec) -> float:
-    """Seconds from a deadline job's placement to its work going on: the launch, and for a job that was
-    preempted before, a restart (``deadlines.RESTART_S``: the simulated world charges it, and a deadline job
-    may now be preempted itself, ``restartable``)."""
-    restarts = job.deadline_s is not None and cy.request.snapshot.preemption_count.get(job.job_id, 0) > 0
-    return cy.sh.launch_latency_s + (RESTART_S if restarts else 0.0)
+    """``deadlines.start_delay`` in this cycle: the launch, and a restart for a job preempted before."""
+    return deadline_start_delay(job, cy.request.snapshot, cy.sh.launch_latency_s)
 
 
 def at_risk(cy: Cycle, ask: Ask) -> bool:
@@ -145,7 +143,8 @@ def restartable(cy: Cycle, r: RunningJob) -> bool:
     if r.spec.deadline_s is None or r.preemptions:
         return False
     runtime = r.spec.runtime_with(r.spec.tasks, cy.sh.default_runtime_s)
-    return restarted_latest_start(cy, r.spec) - cy.now > max(cy.sh.deadline_at_risk * runtime, AT_RISK_MIN_S)
+    slack = restarted_latest_start(cy, r.spec) - cy.now
+    return slack >= 0 and not deadline_at_risk(slack, runtime, cy.sh.deadline_at_risk)
 
 
 def restarted_latest_start(cy: Cycle, spec: JobSpec) -> float:
