@@ -209,6 +209,7 @@ def main() -> None:
     ap.add_argument("--max-duration-s", type=float, default=1.5)
     ap.add_argument("--drain-s", type=float, default=60.0, help="how long to wait for the last launches after")
     ap.add_argument("--keep-log", default="", help="copy the server's log here at the end")
+    ap.add_argument("--keep-dir", default="", help="copy the run's whole directory here at the end")
     ap.add_argument("--profile", action="store_true", help="run the server under cProfile, print its top functions")
     ap.add_argument("--profile-out", default="", help="with --profile: the window's whole profile as JSON here")
     args = ap.parse_args()
@@ -256,6 +257,8 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
         srv.stop()
         if args.keep_log:
             shutil.copy(tmp / "server.log", args.keep_log)
+        if args.keep_dir:  # the database (SQLite), the clients' launch records, the log: for a look afterwards
+            shutil.copytree(tmp, args.keep_dir, dirs_exist_ok=True)
     if args.profile:
         print_profile(prof0, prof1, m2["placed"] - m0["placed"])
         if args.profile_out:  # function -> [calls, own CPU s, cumulative CPU s] at the window's start and end
