@@ -113,8 +113,12 @@ class LeaderLease:
 
     def _run(self) -> None:
         while not self._stop.wait(self._renew_s / 2):
-            if self.fence is not None:
+            if self.fence is None:
+                continue
+            try:
                 self.hold()
+            except Exception:  # the thread must outlive one failed renewal: the lease is held to its local deadline
+                log.exception("leadership lease renewal failed")
 
     def release(self) -> None:
         """Stop renewing and give the lease up at once, so a standby need not wait for it to expire."""

@@ -193,7 +193,7 @@ def transaction(engine: Engine, *, write: bool) -> Iterator[Session]:
                     files.check_index()  # the COMMIT writes the index
             if write and files is not None:
                 files.check_same_file()  # a COMMIT into a file no path names any more is not acknowledged
-    except (sa_exc.DBAPIError, engine.dialect.loaded_dbapi.Error, UnicodeEncodeError) as e:
+    except (sa_exc.DBAPIError, sa_exc.TimeoutError, engine.dialect.loaded_dbapi.Error, UnicodeEncodeError) as e:
         _raise_fault(engine, e)
         raise
 
@@ -211,7 +211,7 @@ def core_transaction(engine: Engine, *, write: bool) -> Iterator[Connection]:
                     files.check_index()  # as in ``transaction``
             if write and files is not None:
                 files.check_same_file()
-    except (sa_exc.DBAPIError, engine.dialect.loaded_dbapi.Error, UnicodeEncodeError) as e:
+    except (sa_exc.DBAPIError, sa_exc.TimeoutError, engine.dialect.loaded_dbapi.Error, UnicodeEncodeError) as e:
         _raise_fault(engine, e)
         raise
 
@@ -224,7 +224,7 @@ def single_read(engine: Engine) -> Iterator[Connection]:
     try:
         with _connect(engine, _FILES.get(engine), write=False) as conn:
             yield conn.execution_options(isolation_level="AUTOCOMMIT") if is_postgres(engine) else conn
-    except (sa_exc.DBAPIError, engine.dialect.loaded_dbapi.Error, UnicodeEncodeError) as e:
+    except (sa_exc.DBAPIError, sa_exc.TimeoutError, engine.dialect.loaded_dbapi.Error, UnicodeEncodeError) as e:
         _raise_fault(engine, e)
         raise
 
@@ -269,6 +269,8 @@ _POSTGRES = {
 
 def store_fault(e: BaseException, dbapi: Any) -> GpupoolError | None:
     """The domain error for a database failure, or None for one the use cases handle (constraint violations)."""
+    if isinstance(e, sa_exc.TimeoutError):  # every pooled connection stayed in use for the pool's whole timeout
+        return StoreUnavailableError(f"the database is unavailable (busy): {e}", reason="busy", transient=True)
     orig = e.orig if isinstance(e, sa_exc.DBAPIError) else e
     if isinstance(orig, (UnicodeEncodeError, dbapi.DataError)):
         return UnstorableInputError(f"the database cannot store this value: {orig}", source="body")

@@ -10,9 +10,10 @@ from collections.abc import Callable
 import pytest
 import sqlalchemy as sa
 
-from gpupool.domain.errors import StaleLeaderError
+from gpupool.domain.errors import StaleLeaderError, StoreUnavailableError
 from gpupool.domain.jobs import Allocation, JobSpec, TaskAllocation
 from gpupool.domain.states import JobState, NodeState
+from gpupool.server.leader import LeaderLease
 from gpupool.store import ServerOps, Store
 from gpupool.store.fencing import Fence
 from gpupool.store.records import WaitWrites
@@ -139,3 +140,59 @@ def test_postgres_a_takeover_waits_for_a_fenced_write_in_flight(store: Store, ma
     finally:
         release.set()
         writer.join(10)
+
+
+def test_a_pool_with_every_connection_held_is_a_busy_database_not_a_crash(store: Store) -> None:
+    """Invariant: a request (or the lease's renewal) that finds every pooled connection in use past the pool's
+    timeout gets the store's passing fault (``busy``: a 503 on the API, a renewal tried again), not a driver
+    error that ends a thread; nothing is written, and once a connection is free the same call works."""
+    engine = store._engine
+    engine.pool._timeout = 0.2  # type: ignore[attr-defined]  # the pool's wait (30 s by default), short here
+    held: list[sa.Connection] = []
+    try:
+        while True:  # every connection the pool will give
+            try:
+                held.append(engine.connect())
+            except sa.exc.TimeoutError:
+                break
+        with pytest.raises(StoreUnavailableError) as refused:
+            store.take_lease("default", "replica-a", 30)
+        assert (refused.value.reason, refused.value.transient) == ("busy", True)
+    finally:
+        for conn in held:
+            conn.close()
+    assert store.lease("default") is None  # the refused call stored nothing
+    assert store.take_lease("default", "replica-a", 30) is not None
+
+
+class _FailsOnce:
+    """The store, but its second lease renewal raises what no renewal expects (a bug, a driver's surprise)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store, self.renewals = store, 0
+
+    def take_lease(self, *args: object) -> Fence | None:
+        return self._store.take_lease(*args)  # type: ignore[arg-type]
+
+    def drop_lease(self, fence: Fence) -> None:
+        self._store.drop_lease(fence)
+
+    def renew_lease(self, fence: Fence, ttl_s: float) -> bool:
+        self.renewals += 1
+        if self.renewals == 2:
+            raise RuntimeError("an unexpected failure")
+        return self._store.renew_lease(fence, ttl_s)
+
+
+def test_the_renewal_thread_outlives_a_renewal_that_raises(store: Store) -> None:
+    """Invariant: one renewal that fails in an unexpected way costs no leadership: the thread logs it and goes on
+    renewing, so the lease is still held long after its ttl (the thread used to end, and the lease lapsed)."""
+    proxy = _FailsOnce(store)
+    lease = LeaderLease(proxy, "default", ttl_s=1.0, renew_s=0.1)  # type: ignore[arg-type]
+    assert lease.hold() is not None
+    lease.start()
+    try:
+        until(lambda: proxy.renewals >= 30, 20, "renewals well past the one that raised (3 s of them)")
+        assert lease.held
+    finally:
+        lease.release()
