@@ -33,7 +33,7 @@ from gpupool.store.base import dumps, gpu_indices, loads
 from gpupool.store.codec import spec_to_json
 from gpupool.store.fencing import Fence
 from gpupool.store.jobs import MAX_KEY, job_record
-from gpupool.store.launches import LaunchInputs, read_launch_inputs
+from gpupool.store.launches import FixedInputs, LaunchInputs, read_launch_inputs
 from gpupool.store.records import JobRecord, WaitWrites
 from gpupool.store.rows import (
     AgentRow,
@@ -160,6 +160,7 @@ class ServerOps(AgentRegistry):
         self._insert_jobs = (JobRow.__tablename__, _JOB_COLUMNS)
         self._insert_commands = (JobCommandRow.__tablename__, ("job_id", "argv", "env", "launch"))
         self._insert_audits = (AuditRow.__tablename__, ("at_s", "actor", "action", "subject", "data"))
+        self._fixed = FixedInputs()  # jobs' specs and commands parsed for launches (``launch_inputs``)
 
     def _insert(self, cur: Any, into: tuple[str, Sequence[str]], rows: Sequence[Sequence[Any]]) -> None:
         table, columns = into
@@ -366,7 +367,7 @@ class ServerOps(AgentRegistry):
     def launch_inputs(self, job_ids: Sequence[str]) -> dict[str, LaunchInputs | GpupoolError]:
         """What the launches of ``job_ids``' ranks need, in one read transaction (``store.launches``)."""
         with self.store._core_tx(write=False) as conn, closing(conn.connection.cursor()) as cur:
-            return read_launch_inputs(cur, self._mark, job_ids)
+            return read_launch_inputs(cur, self._mark, job_ids, self._fixed)
 
     def change_mark(self) -> ChangeMark:
         """Where a read of the jobs' changes starts so that it misses nothing committed from now on (the loop's
