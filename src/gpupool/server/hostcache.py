@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from gpupool.store import Store
 from gpupool.store.commands import AgentCommand
 from gpupool.store.records import NodeRecord
-from gpupool.store.server_ops import Assignment, ServerOps
+from gpupool.store.server_ops import Assignment, AssignmentRow, ServerOps, assignment_of
 
 _PATCH_CHUNK = 500  # job ids per query of a patch (SQLite's bound parameters are limited)
 
@@ -60,6 +60,7 @@ class HostCache:
         self._generation = 0
         self._dirty: set[str] = set()  # jobs whose ranks changed here since the snapshot (see ``invalidate``)
         self._snap: _Snapshot | None = None
+        self._made: dict[AssignmentRow, Assignment] = {}  # the rows read since the last reload (``_assignments``)
         # host -> (SHA-256 of its token, the stored hash it matched, trusted until)
         self._tokens: dict[str, tuple[bytes, str, float]] = {}
         self.loads = 0  # whole reloads so far: lets tests see that a beat was served from memory
@@ -168,12 +169,29 @@ class HostCache:
         # snapshot is reloaded again on the next beat rather than trusted.
         nodes = {n.name: n for n in self._store.list_nodes()}
         by_host: dict[str, list[Assignment]] = {}
-        for a in self._ops.assignments():
+        on: dict[str, set[str]] = {}
+        made, self._made = self._made, {}
+        for a in self._assignments(self._ops.assignment_rows(), made):
             by_host.setdefault(a.host, []).append(a)
+            on.setdefault(a.job_id, set()).add(a.host)
         hashes = self._ops.node_token_hashes()
         commands = self._store.agent_commands()
         assignments = {h: tuple(v) for h, v in by_host.items()}
-        return _Snapshot(generation, now, nodes, assignments, hashes, commands, _job_hosts(assignments))
+        job_hosts = {j: frozenset(h) for j, h in on.items()}
+        return _Snapshot(generation, now, nodes, assignments, hashes, commands, job_hosts)
+
+    def _assignments(self, rows: Iterable[AssignmentRow], made: dict[AssignmentRow, Assignment]) -> list[Assignment]:
+        """The ``Assignment`` of each row: the one made for the same row before if any (a whole reload at a
+        thousand hosts finds nearly every row unchanged), so unchanged hosts' tuples hold the very same objects
+        and compare at once (``_changed_hosts``). Kept in ``_made`` for the next read (a reload starts it anew)."""
+        out = []
+        for row in rows:
+            a = made.get(row)
+            if a is None:
+                a = assignment_of(row)
+            self._made[row] = a
+            out.append(a)
+        return out
 
     def _patch(self, snap: _Snapshot, jobs: set[str]) -> tuple[_Snapshot, set[str]]:
         """``snap`` with the assignments of ``jobs`` read again (one query); the rest, and its age, kept. With the
@@ -181,7 +199,8 @@ class HostCache:
         rows: dict[str, list[Assignment]] = {}
         ordered = sorted(jobs)
         for at in range(0, len(ordered), _PATCH_CHUNK):
-            for a in self._ops.assignments(job_ids=ordered[at : at + _PATCH_CHUNK]):
+            read = self._ops.assignment_rows(job_ids=ordered[at : at + _PATCH_CHUNK])
+            for a in self._assignments(read, self._made):
                 rows.setdefault(a.host, []).append(a)
         touched = set(rows).union(*(snap.job_hosts.get(j, frozenset()) for j in jobs))
         assignments = dict(snap.assignments)
@@ -220,14 +239,6 @@ class HostCache:
         digest = hashlib.sha256(token.encode()).digest()
         with self._lock:
             self._tokens[host] = (digest, stored_hash, self._clock() + self._token_ttl_s)
-
-
-def _job_hosts(assignments: dict[str, tuple[Assignment, ...]]) -> dict[str, frozenset[str]]:
-    out: dict[str, set[str]] = {}
-    for host, ranks in assignments.items():
-        for a in ranks:
-            out.setdefault(a.job_id, set()).add(host)
-    return {j: frozenset(h) for j, h in out.items()}
 
 
 def _changed_hosts(old: _Snapshot | None, new: _Snapshot, among: set[str] | None = None) -> set[str]:

@@ -137,6 +137,29 @@ def assignment_id(job_id: str, assignment: int, rank: int) -> str:
     return f"{job_id}.{assignment}.{rank}"
 
 
+AssignmentRow = tuple[Any, ...]  # a row of ``ServerOps.assignment_rows``
+_STATES = {st.value: st for st in JobState}
+
+
+def assignment_of(row: AssignmentRow) -> Assignment:
+    job_id, number, task, on, gpus, placed_s, launched_s, started_s, exited_s, releasing_s, state = row
+    return Assignment(
+        assignment_id(job_id, number, task),
+        job_id,
+        task,
+        on,
+        gpu_indices(gpus),
+        _STATES[state],
+        placed_s,
+        launched_s is not None,
+        started_s is not None,
+        exited_s is not None,
+        releasing_s is not None,
+        launched_s,
+        releasing_s,
+    )
+
+
 def _change_mark(row: Sequence[Any]) -> ChangeMark:
     return ChangeMark(int(row[0]), tuple(int(x) for x in row[1] or ()))
 
@@ -474,6 +497,11 @@ class ServerOps(AgentRegistry):
         """The ranks on hosts (on ``host`` if given; of ``job_ids`` if given): every live allocation row of a
         placed or running job, which agents should run, and every releasing one (``releasing``), which they
         should stop."""
+        return [assignment_of(row) for row in self.assignment_rows(host, job_ids)]
+
+    def assignment_rows(self, host: str | None = None, job_ids: Sequence[str] | None = None) -> list[AssignmentRow]:
+        """``assignments``' rows as read (``assignment_of`` makes each one an ``Assignment``): the host cache
+        keeps the ``Assignment`` of each row it read before and makes only the new rows' ones."""
         # On the DB-API cursor (as ``job_changes``): the host cache reads every host's ranks once per
         # ``host_cache_s``, and through the ORM that read cost ~0.2 s at a thousand hosts.
         a, j = AllocationRow.__tablename__, JobRow.__tablename__
@@ -491,30 +519,9 @@ class ServerOps(AgentRegistry):
             args.extend(job_ids)
         if where:
             sql += " WHERE " + " AND ".join(where)
-        states = {st.value: st for st in JobState}
         with self.store._core_tx(write=False) as conn, closing(conn.connection.cursor()) as cur:
             cur.execute(sql + " ORDER BY a.job_id, a.task_index", args)
-            rows = cur.fetchall()
-        out = []
-        for job_id, number, task, on, gpus, placed_s, launched_s, started_s, exited_s, releasing_s, state in rows:
-            out.append(
-                Assignment(
-                    assignment_id(job_id, number, task),
-                    job_id,
-                    task,
-                    on,
-                    gpu_indices(gpus),
-                    states[state],
-                    placed_s,
-                    launched_s is not None,
-                    started_s is not None,
-                    exited_s is not None,
-                    releasing_s is not None,
-                    launched_s,
-                    releasing_s,
-                )
-            )
-        return out
+            return [tuple(r) for r in cur.fetchall()]
 
     def job_assignments(self, job_id: str) -> list[Assignment]:
         with self.store._tx(write=False) as s:

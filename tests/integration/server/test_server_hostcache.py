@@ -162,3 +162,29 @@ def _read(cache: HostCache) -> tuple[threading.Thread, list[tuple[Assignment, ..
     reader = threading.Thread(target=lambda: got.append(cache.assignments("gpu-01")))
     reader.start()
     return reader, got
+
+
+def test_a_whole_reload_keeps_unchanged_ranks_and_reads_changed_ones_anew(
+    db_url: str, tmp_path: Path, clock: Clock
+) -> None:
+    """A reload reuses the rank it made before for a row that did not change (so an unchanged host compares at
+    once), and makes a new one for a row another replica changed: here the rank's start, stored by the leader."""
+    for leader in make_api(db_url, tmp_path, clock):
+        for standby in make_api(db_url, tmp_path, clock):
+            alice = leader.tenant("alice")
+            n1, n2 = standby.register("gpu-01"), standby.register("gpu-02")
+            for _ in range(2):
+                leader.client.post("/v1/jobs", json={**JOB, "gpus_per_task": 8}, headers=alice)
+            assert leader.srv.loop.run_cycle().placed == 2
+            hosts = standby.srv.gateway._hosts
+            clock.t += standby.srv.settings.host_cache_s
+            (l1,), (l2,) = standby.beat("gpu-01", n1), standby.beat("gpu-02", n2)
+            (before1,), (before2,) = hosts.assignments("gpu-01"), hosts.assignments("gpu-02")
+            leader.beat("gpu-01", n1, [running(l1)])  # stored by the other replica
+            assert hosts.assignments("gpu-01") == (before1,)  # not yet: within host_cache_s
+            clock.t += standby.srv.settings.host_cache_s
+            loads = hosts.loads
+            (after1,), (after2,) = hosts.assignments("gpu-01"), hosts.assignments("gpu-02")
+            assert hosts.loads == loads + 1
+            assert after1.started and not before1.started and after2 is before2
+            assert l2["job_id"] == after2.job_id
