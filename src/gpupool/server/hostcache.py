@@ -47,7 +47,6 @@ class _Snapshot:
     assignments: dict[str, tuple[Assignment, ...]]
     token_hashes: dict[str, str]  # host -> its current node token's stored hash
     commands: dict[str, tuple[AgentCommand, ...]]  # host -> its stored commands (signals) not yet carried out
-    job_hosts: dict[str, frozenset[str]]  # job -> the hosts its assignments are on (for a patch)
 
 
 class HostCache:
@@ -61,6 +60,9 @@ class HostCache:
         self._dirty: set[str] = set()  # jobs whose ranks changed here since the snapshot (see ``invalidate``)
         self._snap: _Snapshot | None = None
         self._made: dict[AssignmentRow, Assignment] = {}  # the rows read since the last reload (``_assignments``)
+        # job -> the host its assignments are on, or the hosts (a gang across hosts): what a patch re-reads. A host
+        # name, not a set, for the many jobs on one host: a reload makes no container per job.
+        self._job_hosts: dict[str, str | frozenset[str]] = {}
         # host -> (SHA-256 of its token, the stored hash it matched, trusted until)
         self._tokens: dict[str, tuple[bytes, str, float]] = {}
         self.loads = 0  # whole reloads so far: lets tests see that a beat was served from memory
@@ -169,16 +171,16 @@ class HostCache:
         # snapshot is reloaded again on the next beat rather than trusted.
         nodes = {n.name: n for n in self._store.list_nodes()}
         by_host: dict[str, list[Assignment]] = {}
-        on: dict[str, set[str]] = {}
+        job_hosts: dict[str, str | frozenset[str]] = {}
         made, self._made = self._made, {}
         for a in self._assignments(self._ops.assignment_rows(), made):
             by_host.setdefault(a.host, []).append(a)
-            on.setdefault(a.job_id, set()).add(a.host)
+            _add_host(job_hosts, a.job_id, a.host)
         hashes = self._ops.node_token_hashes()
         commands = self._store.agent_commands()
         assignments = {h: tuple(v) for h, v in by_host.items()}
-        job_hosts = {j: frozenset(h) for j, h in on.items()}
-        return _Snapshot(generation, now, nodes, assignments, hashes, commands, job_hosts)
+        self._job_hosts = job_hosts
+        return _Snapshot(generation, now, nodes, assignments, hashes, commands)
 
     def _assignments(self, rows: Iterable[AssignmentRow], made: dict[AssignmentRow, Assignment]) -> list[Assignment]:
         """The ``Assignment`` of each row: the one made for the same row before if any (a whole reload at a
@@ -202,11 +204,15 @@ class HostCache:
             read = self._ops.assignment_rows(job_ids=ordered[at : at + _PATCH_CHUNK])
             for a in self._assignments(read, self._made):
                 rows.setdefault(a.host, []).append(a)
-        touched = set(rows).union(*(snap.job_hosts.get(j, frozenset()) for j in jobs))
-        assignments = dict(snap.assignments)
-        job_hosts = dict(snap.job_hosts)
+        # Read first: a failed read leaves the jobs' hosts as they were. Kept in place (only a reload or a patch,
+        # one at a time under ``_load_lock``, reads or writes them): no copy of every job's entry per patch.
+        job_hosts = self._job_hosts
+        touched = set(rows)
         for j in jobs:
-            job_hosts.pop(j, None)
+            was = job_hosts.pop(j, None)
+            if was is not None:
+                touched.update((was,) if isinstance(was, str) else was)
+        assignments = dict(snap.assignments)
         for host in touched:
             kept = [a for a in assignments.get(host, ()) if a.job_id not in jobs]
             merged = tuple(sorted([*kept, *rows.get(host, ())], key=lambda a: (a.job_id, a.rank)))
@@ -215,8 +221,8 @@ class HostCache:
             else:
                 assignments.pop(host, None)
             for a in rows.get(host, ()):
-                job_hosts[a.job_id] = job_hosts.get(a.job_id, frozenset()) | {host}
-        return dataclasses.replace(snap, assignments=assignments, job_hosts=job_hosts), touched
+                _add_host(job_hosts, a.job_id, host)
+        return dataclasses.replace(snap, assignments=assignments), touched
 
     # -- node tokens -------------------------------------------------------------------------------------------
     def token_check(self, host: str, token: str) -> tuple[bool, str | None]:
@@ -239,6 +245,14 @@ class HostCache:
         digest = hashlib.sha256(token.encode()).digest()
         with self._lock:
             self._tokens[host] = (digest, stored_hash, self._clock() + self._token_ttl_s)
+
+
+def _add_host(job_hosts: dict[str, str | frozenset[str]], job_id: str, host: str) -> None:
+    was = job_hosts.get(job_id)
+    if was is None:
+        job_hosts[job_id] = host
+    elif was != host and (isinstance(was, str) or host not in was):
+        job_hosts[job_id] = frozenset((was,) if isinstance(was, str) else was) | {host}
 
 
 def _changed_hosts(old: _Snapshot | None, new: _Snapshot, among: set[str] | None = None) -> set[str]:

@@ -188,3 +188,40 @@ def test_a_whole_reload_keeps_unchanged_ranks_and_reads_changed_ones_anew(
             assert hosts.loads == loads + 1
             assert after1.started and not before1.started and after2 is before2
             assert l2["job_id"] == after2.job_id
+
+
+def test_patches_of_a_gang_across_hosts_hold_what_a_whole_reload_reads(api: Api) -> None:
+    """Each local change to a two-host gang (placed, one rank running, requeued by the watchdog when the other
+    rank never ran) is a patch of the job, no whole reload, and after each the snapshot is what a fresh whole
+    read gives: both hosts' ranks releasing, then one freed (the patch finds the host it was on)."""
+    alice = api.tenant("alice")
+    nodes = {h: api.register(h) for h in ("gpu-01", "gpu-02", "gpu-03")}
+    hosts = api.srv.gateway._hosts
+    fresh = HostCache(api.srv.store, api.srv.ops, 1.0, 10.0, api.clock)
+
+    def patched_as_read(loads: int) -> None:
+        fresh.invalidate()
+        for h in nodes:
+            assert hosts.assignments(h) == fresh.assignments(h), h
+        assert hosts.loads == loads
+
+    assert hosts.assignments("gpu-01") == ()
+    job = api.client.post("/v1/jobs", json={**JOB, "tasks": 2, "gpus_per_task": 8}, headers=alice).json()["job"]
+    assert api.srv.loop.run_cycle().placed == 1
+    patched_as_read(hosts.loads)
+    launches = {h: c for h, n in nodes.items() if (c := api.beat(h, n))}
+    (first, ranked), (second, _) = launches.items()
+    assert api.beat(first, nodes[first], [running(ranked[0])]) == []
+    patched_as_read(hosts.loads)
+    # The second rank's agent never ran it: past node_lost_after_s its beat has the watchdog requeue the gang.
+    api.clock.t += api.srv.settings.node_lost_after_s + 1
+    loads = len(hosts.assignments(second)) and hosts.loads  # the age's reload, before the beat
+    assert api.beat(second, nodes[second]) == []
+    assert api.srv.store.get_job(job["id"]).state is JobState.PENDING
+    patched_as_read(loads)
+    assert all(a.releasing for h in (first, second) for a in hosts.assignments(h) if a.job_id == job["id"])
+    # The first rank's agent reports it gone (stopped): its GPUs are freed, its row gone from that host only.
+    exited = {**running(ranked[0]), "state": "exited", "exit_code": -15}
+    api.beat(first, nodes[first], [exited])
+    patched_as_read(loads)
+    assert [a.job_id for a in hosts.assignments(first)] == [] and len(hosts.assignments(second)) == 1
