@@ -18,8 +18,8 @@ whole reloads after each (tens of milliseconds each at a thousand hosts) were mo
 The snapshot's age is kept, so a whole reload still comes every ``ttl_s``.
 
 ``watch`` lets the commands push (``push``) follow it: each invalidation is reported, and each reload names
-the hosts whose assignments or stored commands (checkpoint signals) differ from the previous snapshot, so
-the agents waiting on them are woken.
+the hosts whose agents may have a new command (a rank placed or gone, a stored checkpoint signal changed)
+since the previous snapshot, so the agents waiting on them are woken (``_hosts_to_wake``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from gpupool.domain.states import JobState
 from gpupool.store import Store
 from gpupool.store.commands import AgentCommand
 from gpupool.store.records import NodeRecord
@@ -72,7 +73,7 @@ class HostCache:
 
     def watch(self, on_invalidate: Callable[[], None], on_changed: Callable[[Iterable[str]], None]) -> None:
         """Call ``on_invalidate`` after each invalidation, ``on_changed(hosts)`` after each reload with the hosts
-        whose assignments changed (every host of the first load)."""
+        whose agents may have a new command (``_hosts_to_wake``; every host of the first load)."""
         self._on_invalidate, self._on_changed = on_invalidate, on_changed
 
     # -- invalidation ------------------------------------------------------------------------------------------
@@ -163,7 +164,7 @@ class HostCache:
                     self.patches += 1
                 else:
                     self.loads += 1
-            self._on_changed(_changed_hosts(old, fresh, touched))
+            self._on_changed(_hosts_to_wake(old, fresh, touched))
             return fresh
 
     def _load(self, generation: int, now: float) -> _Snapshot:
@@ -185,7 +186,7 @@ class HostCache:
     def _assignments(self, rows: Iterable[AssignmentRow], made: dict[AssignmentRow, Assignment]) -> list[Assignment]:
         """The ``Assignment`` of each row: the one made for the same row before if any (a whole reload at a
         thousand hosts finds nearly every row unchanged), so unchanged hosts' tuples hold the very same objects
-        and compare at once (``_changed_hosts``). Kept in ``_made`` for the next read (a reload starts it anew)."""
+        and compare at once (``_hosts_to_wake``). Kept in ``_made`` for the next read (a reload starts it anew)."""
         out = []
         for row in rows:
             a = made.get(row)
@@ -255,15 +256,29 @@ def _add_host(job_hosts: dict[str, str | frozenset[str]], job_id: str, host: str
         job_hosts[job_id] = frozenset((was,) if isinstance(was, str) else was) | {host}
 
 
-def _changed_hosts(old: _Snapshot | None, new: _Snapshot, among: set[str] | None = None) -> set[str]:
-    """Hosts whose assignments or stored commands differ between two snapshots (all of ``new``'s if no old);
-    ``among``: the only hosts that can differ (a patch's), so the others are not compared."""
+def _hosts_to_wake(old: _Snapshot | None, new: _Snapshot, among: set[str] | None = None) -> set[str]:
+    """Hosts whose agents may have a command they had not (every host of ``new`` if no old): a rank placed there
+    anew (a launch), a rank gone from their assignments or releasing (a stop, if the agent runs it), stored
+    commands changed (a signal). A rank's reported launch, start or end, or its job moving from placed to running,
+    gives its agent nothing new: its waiting poll is not woken for it (a pass of every poll of every host whose
+    rank was acknowledged, each on a worker thread, to find nothing). ``among``: the only hosts that can differ
+    (a patch's), so the others are not compared."""
+    if old is None:
+        return set(new.assignments) | set(new.commands)
     out = set()
-    for field in ("assignments", "commands"):
-        before: dict[str, tuple[object, ...]] = {} if old is None else getattr(old, field)
-        after: dict[str, tuple[object, ...]] = getattr(new, field)
-        hosts = before.keys() | after.keys() if among is None else among
-        out |= {h for h in hosts if before.get(h) != after.get(h)}
+    for h in old.commands.keys() | new.commands.keys() if among is None else among:
+        if old.commands.get(h) != new.commands.get(h):
+            out.add(h)
+    for h in old.assignments.keys() | new.assignments.keys() if among is None else among:
+        before, after = old.assignments.get(h, ()), new.assignments.get(h, ())
+        if before == after:  # the very same ranks, after a whole reload, compare at once (``_assignments``)
+            continue
+        kept = {a.assignment_id for a in after if not a.releasing}
+        placed = {a.assignment_id for a in before if not a.releasing and a.state is JobState.PLACED}
+        if any(a.assignment_id not in kept for a in before if not a.releasing) or any(
+            a.assignment_id not in placed for a in after if not a.releasing and a.state is JobState.PLACED
+        ):
+            out.add(h)
     return out
 
 

@@ -5,8 +5,9 @@ gateway's one function (``AgentGateway.commands``, which heartbeat replies use t
 the agent it awaits the host's doorbell. A waiting poll holds an asyncio future, not a thread, so a
 thousand agents cost a thousand small objects on the event loop.
 
-Who rings a host: the host cache, after every reload, rings each host whose stored assignments changed
-(a placement, a preemption, a cancel, a requeue, a job that ended, made by this replica or any other). Every
+Who rings a host: the host cache, after every reload, rings each host whose agent may have a new command
+(a placement, a preemption, a cancel, a requeue, a job that ended, made by this replica or any other; not a
+rank's reported start or end, which gives its agent nothing new). Every
 local write that touches assignments already invalidates that cache; the invalidation also kicks the
 ``Refresher`` thread, which reloads at once while polls wait, so a placement rings its hosts within one
 read of the store after it commits. While polls wait the refresher also reloads every ``host_cache_s``:

@@ -225,3 +225,27 @@ def test_patches_of_a_gang_across_hosts_hold_what_a_whole_reload_reads(api: Api)
     api.beat(first, nodes[first], [exited])
     patched_as_read(loads)
     assert [a.job_id for a in hosts.assignments(first)] == [] and len(hosts.assignments(second)) == 1
+
+
+def test_a_reload_wakes_the_hosts_whose_agents_may_have_a_new_command_only(api: Api) -> None:
+    """A placement and a cancel ring the rank's host (a launch, a stop); the rank's reported start does not
+    (its job placed -> running gives the agent nothing new), so its waiting poll is not woken for it."""
+    alice = api.tenant("alice")
+    node = api.register("gpu-01")
+    api.register("gpu-02")
+    hosts = api.srv.gateway._hosts
+    rung: list[set[str]] = []
+    hosts.watch(lambda: None, lambda h: rung.append(set(h)))
+    assert hosts.assignments("gpu-01") == ()
+    job = api.client.post("/v1/jobs", json=JOB, headers=alice).json()["job"]["id"]
+    assert api.srv.loop.run_cycle().placed == 1
+    hosts.refresh()
+    assert rung[-1] == {"gpu-01"}
+    (launch,) = api.beat("gpu-01", node)
+    rung.clear()
+    assert api.beat("gpu-01", node, [running(launch)]) == []
+    assert hosts.assignments("gpu-01")[0].started and api.srv.store.get_job(job).state is JobState.RUNNING
+    assert rung and all(r == set() for r in rung)  # patched, and nobody woken
+    assert api.client.post(f"/v1/jobs/{job}/cancel", headers=alice).json()["state"] == "cancelled"
+    hosts.refresh()
+    assert rung[-1] == {"gpu-01"}
