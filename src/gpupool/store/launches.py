@@ -79,6 +79,8 @@ class FixedInputs:
         return self._kept.get(job_id)
 
     def put(self, found: Mapping[str, _Fixed]) -> None:
+        if not found:
+            return
         with self._lock:
             self._kept.update(found)
             while len(self._kept) > self._limit:
