@@ -2,7 +2,7 @@
 placement, on the loop's thread, without the fleet's HTTP traffic around it.
 
     python benchmarks/loop_cycle.py [--backend sqlite|postgresql] [--nodes 1000] [--jobs 10000] [--cycles 30]
-        [--completions] [--profile]
+        [--completions] [--ends N] [--profile]
 
 The server's own app (``create_app``, its loop driven by hand as the server tests do) on a store holding
 ``superpod(32)`` with the first ``--nodes`` hosts registered up (8 GPUs each, beating). Before each cycle the
@@ -11,8 +11,12 @@ server's own group-commit writer (``Server.submits``, the path of ``POST /v1/job
 so the loop folds them in from the writer's hint as in the server. With ``--completions``, every job the last
 cycle placed runs and ends between cycles (each rank reported running, then exited 0, then confirmed gone,
 through the store calls the agents' reports make), so capacity recycles; without it the cluster fills and
-the backlog grows, as it does in ``e2e_throughput.py`` at 1,000 nodes where launches lag.
+the backlog grows, as it does in ``e2e_throughput.py`` at 1,000 nodes where launches lag. ``--ends N``: only
+the first ``N`` of those jobs (by id) end between cycles, the end-to-end benchmark's steady state at 1,000
+nodes (a full cluster, a backlog, ~100 jobs ending and ~100 placed per cycle).
 
+The host cache (``server.hostcache``) is brought up to date before each cycle, as the server's refresher
+thread does after each change, so the loop's read of the nodes is the one it makes in the server.
 ``run_cycle`` is timed on this thread's CPU clock (``time.thread_time``) and on the wall: ``placing`` cycles
 (that placed something) apart from ``blocked`` ones; ``cpu_per_placement_ms`` is all cycles' CPU over all
 placements. ``--profile``: the cycles under cProfile, the loop's top functions on stderr. main's code runs it
@@ -119,11 +123,12 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
         placed_before: list[str] = []
         for tick in range(args.cycles):
             if args.completions:
-                complete(setup, server.ops, placed_before)
+                complete(setup, server.ops, sorted(placed_before)[: args.ends or None])
             futures = [server.submits.enqueue(s) for s in arrays(tick, per_tick, time.time())]
             for f in futures:
                 f.result(timeout=120)
             setup.touch_nodes(dict.fromkeys(hosts, time.time()))
+            server.hosts.refresh()  # the server's refresher thread reloads the host cache, not the loop's
             t, w = time.thread_time(), time.perf_counter()
             if prof is not None:
                 prof.enable()
@@ -149,6 +154,7 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
         "jobs": per_tick * args.cycles,
         "cycles": args.cycles,
         "completions": args.completions,
+        "ends": args.ends,
         "placed": placed,
         "pending_at_end": pending,
         "placing_cycles": len(placing),
@@ -170,6 +176,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=10_000, help="jobs submitted over all cycles")
     ap.add_argument("--cycles", type=int, default=30)
     ap.add_argument("--completions", action="store_true", help="jobs placed run and end between cycles")
+    ap.add_argument("--ends", type=int, default=0, help="with --completions: at most this many end per cycle")
     ap.add_argument("--profile", action="store_true", help="the cycles under cProfile: top functions on stderr")
     args = ap.parse_args()
     cpu0 = time.process_time()

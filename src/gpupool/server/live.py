@@ -377,12 +377,17 @@ def requeue_reason(host: str, gpu: int, why: str) -> str:
 class HeldFacts:
     """The durable facts (GPU grades, labels) the loop's state holds, per host: each cycle's read of the store
     folds in only what differs (another replica's writes), and a GPU that turned BAD is noticed once.
-    Owned by the loop's thread."""
+    Owned by the loop's thread.
+
+    A node record is immutable, and the loop's read of the nodes (the host cache's snapshot) hands back the
+    same record object until the node is written again: a record already folded in is skipped by identity, so
+    a cycle costs the nodes whose records changed, not a comparison per host (a thousand per cycle)."""
 
     def __init__(self) -> None:
         self._health: dict[str, tuple[HealthGrade, ...]] = {}
         self._labels: dict[str, tuple[tuple[str, str], ...]] = {}
         self._bad: set[tuple[str, int]] = set()  # (host, GPU) graded BAD whose jobs were requeued
+        self._synced: dict[str, NodeRecord] = {}  # host -> the record last folded in (see the class)
 
     def fold(self, state: ClusterState, events: Sequence[Event]) -> None:
         """Apply heartbeats' events; those of hosts or switches the fabric lacks are dropped."""
@@ -396,13 +401,19 @@ class HeldFacts:
                 grades += [HealthGrade.OK] * (e.gpu + 1 - len(grades))
                 grades[e.gpu] = e.grade
                 self._health[e.host] = tuple(grades)  # the store holds it too: the per-cycle diff stays quiet
+                self._synced.pop(e.host, None)  # its record is compared again, as if it were new
             elif isinstance(e, NodeLabelled):
                 self._labels[e.host] = e.labels
+                self._synced.pop(e.host, None)
 
-    def sync(self, state: ClusterState, nodes: Sequence[NodeRecord], now: float) -> None:
-        """Fold in the grades and labels stored (by the gateway from heartbeats, an admin, another replica)."""
+    def sync(self, state: ClusterState, nodes: Sequence[NodeRecord], now: float) -> list[NodeRecord]:
+        """Fold in the grades and labels stored (by the gateway from heartbeats, an admin, another replica);
+        the records not folded in before (``nodes``' others are skipped: see the class)."""
         fabric, max_gpus = state.index.fabric, state.index.max_gpus
-        for n in nodes:
+        synced = self._synced
+        fresh = [n for n in nodes if synced.get(n.name) is not n]
+        for n in fresh:
+            synced[n.name] = n
             if not fabric.has_host(n.name):
                 continue
             if self._health.get(n.name) != n.health:
@@ -414,6 +425,7 @@ class HeldFacts:
             if self._labels.get(n.name, ()) != n.labels:
                 state.apply(NodeLabelled(n.name, n.labels, now))
                 self._labels[n.name] = n.labels
+        return fresh
 
     def newly_bad(self) -> set[tuple[str, int]]:
         """The GPUs graded BAD since the last call (all of them, the first time)."""

@@ -119,6 +119,7 @@ class SchedulingLoop(StoreSync):
         self._state: ClusterState | None = None
         self._key: tuple[object, ...] | None = None
         self._dirty = True
+        self._suspect = True
         self._db_state: dict[str, JobState] = {}
         self._versions: dict[str, int] = {}
         self._mark = ChangeMark(0)  # set by each rebuild
@@ -258,11 +259,7 @@ class SchedulingLoop(StoreSync):
         self._load_dependencies(state, now)
         self._requeue_bad(state, now)
         snap = state.snapshot()
-        pending = snap.pending
-        db = self._db_state
-        if any(db.get(j.job_id) is not JobState.PENDING for j in pending):
-            pending = tuple(j for j in pending if db.get(j.job_id) is JobState.PENDING)
-        # Else the snapshot's own tuple: the driver then keeps the queue's order between cycles (``scheduler.queue``).
+        pending = self._waiting(snap.pending)
         self._placing = []
         sharing = self._sharing.policy()
         self._journal.cycle(now, (j.job_id for j in pending), sharing)
@@ -276,6 +273,21 @@ class SchedulingLoop(StoreSync):
         self._offer(state, run.request, now)
         self.cycles += 1
         return CycleReport(placed, run.preempted, len(run.result.waiting), rebuilt, seconds)
+
+    def _waiting(self, pending: tuple[JobSpec, ...]) -> tuple[JobSpec, ...]:
+        """The state's pending jobs that the store holds pending too. After a rebuild the store may hold a job
+        placed that the state could not place (its allocation missing, or off the fabric): left out until they
+        agree. Between rebuilds they agree by construction (each write changes both, each change read from the
+        store is applied to the state as such), so the pass over the whole queue is made only until it finds
+        no disagreement. Else the snapshot's own tuple: the driver then keeps the queue's order between cycles
+        (``scheduler.queue``)."""
+        if not self._suspect:
+            return pending
+        db = self._db_state
+        if any(db.get(j.job_id) is not JobState.PENDING for j in pending):
+            return tuple(j for j in pending if db.get(j.job_id) is JobState.PENDING)
+        self._suspect = False
+        return pending
 
     def _offer(self, state: ClusterState, req: ScheduleRequest, now: float) -> None:
         """The state after the cycle, for expected starts (``server.eta``): references and the releasing ranks'
@@ -458,6 +470,8 @@ class SchedulingLoop(StoreSync):
         # in it at once): a node that looks silent there is judged on a fresh read of the store, its beats held
         # in memory flushed first, and only through a versioned write.
         nodes = self._store.list_nodes() if self._hosts is None else self._hosts.nodes()
+        if not self._quiet_past(nodes, now, limit):
+            return nodes  # the usual cycle: one pass for the oldest beat, none per node
         if any(self._silent(n, now, limit) for n in nodes):
             if self._seen is not None:
                 self._seen.flush(now)  # beats this replica holds in memory first: a beating node is never lost
@@ -484,6 +498,15 @@ class SchedulingLoop(StoreSync):
             self._dirty = True
             lost = True
         return self._store.list_nodes() if lost else nodes
+
+    def _quiet_past(self, nodes: Sequence[NodeRecord], now: float, limit: float) -> bool:
+        """Whether any node may be ``_silent``: its quiet time (since its last beat or this leadership's start,
+        whichever is later) past ``limit``. The longest quiet is that of the oldest beat."""
+        oldest = min(
+            (n.last_heartbeat_s for n in nodes if n.last_heartbeat_s is not None and n.state is not NodeState.LOST),
+            default=None,
+        )
+        return oldest is not None and now - max(oldest, self._leader_since or oldest) > limit
 
     def _since(self, n: NodeRecord) -> float:
         assert n.last_heartbeat_s is not None
@@ -525,14 +548,13 @@ class SchedulingLoop(StoreSync):
         m.cycle_seconds.observe(seconds)
         m.placements.inc(placed)
         m.preemptions.inc(preempted)
-        node_pool = {n.name: dict(n.labels).get("pool", "default") for n in nodes}
         snap = state.snapshot()
         placed_ids, self._placed_ids = self._placed_ids, []
         m.observe_waits(
             r.placed_at_s - r.spec.submit_time_s for r in (snap.running.get(j) for j in placed_ids) if r is not None
         )
         sharing = self._sharing.latest
-        m.observe_state(snap, node_pool, () if sharing is None else sharing.quotas)
+        m.observe_state(snap, nodes, () if sharing is None else sharing.quotas)  # computed when scraped
 
 
 class _StoreActuator:

@@ -1,8 +1,10 @@
 """Prometheus metrics of one server process, on its own registry (no module-level collectors).
 
-Three sources. The loop sets the scheduling series after each cycle from its snapshot (queue, GPUs, jobs by
-state, quota use, leaf congestion: the leader's view; a standby reports none of them) and counts placements,
-preemptions and queue waits. Node states, health grades, heartbeat ages and per-tenant GPU-seconds are read
+Three sources. The loop hands over its snapshot after each cycle, and the scheduling series (queue, GPUs, jobs
+by state, quota use, leaf congestion: the leader's view; a standby reports none of them) are computed from the
+latest one when ``/metrics`` is scraped, not every cycle (passes over every host, job and quota cost the loop's
+thread several milliseconds a cycle at a thousand hosts, a scrape comes every 15 s or so); the loop counts
+placements, preemptions and queue waits. Node states, health grades, heartbeat ages and per-tenant GPU-seconds are read
 from the store when ``/metrics`` is scraped, so every replica reports them. GPU and InfiniBand telemetry is the
 agents' latest samples this replica received (``LiveTelemetry``), labelled by host and leaf.
 
@@ -38,7 +40,7 @@ from gpupool.fabric.model import Tier
 from gpupool.scheduler.quotas import QuotaBook
 from gpupool.server.metrics_telemetry import TelemetryText
 from gpupool.server.telemetry import LiveTelemetry
-from gpupool.store import Store
+from gpupool.store import NodeRecord, Store
 
 _WAIT_BUCKETS = (1.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 3 * 3600.0, 6 * 3600.0, 24 * 3600.0)
 # GPU-seconds of a window that ended this long ago are final: a usage interval is written with the clock of
@@ -120,7 +122,10 @@ class ServerMetrics:
         self.registry = CollectorRegistry()
         self._telemetry: TelemetryText | None = None
         self._shown: dict[Gauge, tuple[tuple[tuple[str, ...], float], ...]] = {}  # what ``_reset`` set last
-        self._shown_lock = threading.Lock()
+        # The loop's latest cycle, not yet shown: (snapshot, nodes, quotas), taken by the next scrape.
+        self._offered: tuple[ClusterSnapshot, Sequence[NodeRecord], Sequence[Quota]] | None = None
+        self._offer_lock = threading.Lock()
+        self._shown_lock = threading.Lock()  # held while the leader's series change (a scrape, a lost lease)
         r = self.registry
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
@@ -175,8 +180,23 @@ class ServerMetrics:
         """Export the agents' samples (built after the metrics: the gateway owns ``telemetry``)."""
         self._telemetry = TelemetryText(telemetry, fabric)
 
-    def observe_state(self, snap: ClusterSnapshot, node_pool: Mapping[str, str], quotas: Sequence[Quota] = ()) -> None:
-        """After a cycle: the queue, GPUs allocated and free per (pool, model), jobs, quota use, leaves."""
+    def observe_state(self, snap: ClusterSnapshot, nodes: Sequence[NodeRecord], quotas: Sequence[Quota] = ()) -> None:
+        """After a cycle: its snapshot (immutable), the nodes it read and the quotas, shown at the next scrape
+        (the queue, GPUs allocated and free per (pool, model), jobs, quota use, leaves). Kept, not computed:
+        only the latest cycle's is ever shown."""
+        with self._offer_lock:
+            self._offered = (snap, nodes, quotas)
+
+    def _settle(self) -> None:
+        """Set the leader's series from the latest cycle offered, if one came since the last scrape."""
+        with self._shown_lock:
+            with self._offer_lock:
+                offered, self._offered = self._offered, None
+            if offered is not None:
+                snap, nodes, quotas = offered
+                self._show_state(snap, {n.name: dict(n.labels).get("pool", "default") for n in nodes}, quotas)
+
+    def _show_state(self, snap: ClusterSnapshot, node_pool: Mapping[str, str], quotas: Sequence[Quota]) -> None:
         depth: dict[tuple[str, str], int] = defaultdict(int)
         jobs: dict[tuple[str, str, str], int] = defaultdict(int)
         for j in snap.pending:
@@ -184,7 +204,7 @@ class ServerMetrics:
             jobs[("pending", j.tenant, j.pool)] += 1
         for run in snap.running.values():
             jobs[("running", run.spec.tenant, run.spec.pool)] += 1
-        self.set_queue(depth)
+        self._reset(self.queue_depth, depth.items())
         self._reset(self.jobs, jobs.items())
         ix = snap.index
         hosts = ix.fabric.hosts
@@ -201,7 +221,7 @@ class ServerMetrics:
             key = (node_pool.get(host.name, "default"), host.gpus[0].model)
             a, f = gpus.get(key, (0.0, 0))
             gpus[key] = (a + float(allocated[h]), f + int(free[h]))
-        self.set_gpus(gpus)
+        self._set_gpus(gpus)
         self._observe_quotas(snap, quotas)
         switches = ix.fabric.switches
         leaves = [s for s, sw in enumerate(switches) if sw.tier == Tier.LEAF]
@@ -221,34 +241,33 @@ class ServerMetrics:
         self.leader.set(1 if led else 0)
         if not led:
             with self._shown_lock:
+                with self._offer_lock:
+                    self._offered = None
                 self._shown.clear()
-            for g in self._leader_only:
-                g.clear()
+                for g in self._leader_only:
+                    g.clear()
 
     def observe_waits(self, waits: Iterable[float]) -> None:
         for w in waits:
             self.queue_wait.observe(max(0.0, w))
 
-    def set_queue(self, depth: Mapping[tuple[str, str], int]) -> None:
-        self._reset(self.queue_depth, depth.items())
-
-    def set_gpus(self, gpus: Mapping[tuple[str, str], tuple[float, int]]) -> None:
+    def _set_gpus(self, gpus: Mapping[tuple[str, str], tuple[float, int]]) -> None:
         self._reset(self.gpus_allocated, ((k, a) for k, (a, _) in gpus.items()))
         self._reset(self.gpus_free, ((k, f) for k, (_, f) in gpus.items()))
 
     def _reset(self, gauge: Gauge, values: Iterable[tuple[tuple[str, ...], float]]) -> None:
         """Replace every series of ``gauge``: a label set that is gone (a finished tenant's jobs) disappears.
         Values the same as last time are left as they are: each series set costs a ``labels`` lookup, and the
-        leaves' series (hundreds, seldom changing) were most of the loop's metrics time."""
+        leaves' series (hundreds, seldom changing) were most of the metrics' time. Under ``_shown_lock``."""
         shown = tuple(values)
-        with self._shown_lock:
-            if self._shown.get(gauge) == shown:
-                return
-            self._shown[gauge] = shown
+        if self._shown.get(gauge) == shown:
+            return
+        self._shown[gauge] = shown
         gauge.clear()
         for labels, v in shown:
             gauge.labels(*labels).set(v)
 
     def render(self) -> bytes:
+        self._settle()
         text = generate_latest(self.registry)
         return text if self._telemetry is None else text + self._telemetry.render().encode()

@@ -51,6 +51,7 @@ class StoreSync:
     _dirty: bool
     _db_state: dict[str, JobState]
     _versions: dict[str, int]
+    _suspect: bool  # the state and the stored states may disagree on a pending job (``SchedulingLoop._waiting``)
     _mark: ChangeMark  # where the next read of the jobs' changes starts (``ServerOps.job_changes``)
     _facts: HeldFacts
     _driver: CycleDriver
@@ -83,6 +84,7 @@ class StoreSync:
         self._versions = {j.job_id: j.version for j in loaded.jobs}
         self._mark = mark
         self._dirty = False
+        self._suspect = True
 
     def _sync(self, nodes: Sequence[NodeRecord]) -> bool:
         """Fold changes other writers made into the state; False when only a rebuild can explain them.
@@ -164,10 +166,12 @@ class StoreSync:
         state.apply(JobEnded(job_id, final if final in TERMINAL else JobState.CANCELLED, now))
 
     def _sync_nodes(self, state: ClusterState, now: float, nodes: Sequence[NodeRecord]) -> None:
-        """Fold in the nodes' states, grades and labels as the cycle read them (its one read of the nodes)."""
+        """Fold in the nodes' states, grades and labels as the cycle read them (its one read of the nodes): only
+        the records that changed since the last cycle (``HeldFacts.sync``). A node's state here moves only by
+        this fold (a node lost makes the next cycle rebuild, with new facts), so a record folded in before
+        still agrees with it."""
         fabric = state.index.fabric
-        self._facts.sync(state, nodes, now)
-        for n in nodes:
+        for n in self._facts.sync(state, nodes, now):
             if not fabric.has_host(n.name):
                 continue
             mem = state.node_state(n.name)

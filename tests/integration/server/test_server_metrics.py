@@ -206,3 +206,22 @@ def test_a_replica_that_is_not_the_leader_reports_none_of_the_leaders_series(api
     assert not {name for name, _ in got} & set(leader_only)
     assert got[("gpupool_leader", frozenset())] == 0.0
     assert got[("gpupool_gpu_temperature_celsius", frozenset({"node": "gpu-01", "gpu": "0"}.items()))] == 60.0
+
+
+def test_a_scrape_shows_the_last_cycle_however_many_ran_since_the_previous_scrape(api: Api) -> None:
+    """The scheduling series are computed from the latest cycle's snapshot when scraped (not every cycle): the
+    cycles between two scrapes leave no trace of their own, and a lease lost after a cycle shows none."""
+    alice = api.tenant("alice")
+    api.register("gpu-01", gpus=2)
+    depth = ("gpupool_queue_depth", frozenset({"pool": "default", "priority": "normal"}.items()))
+    for _ in range(3):  # jobs of 2 GPUs: the first is placed, the others wait
+        api.client.post("/v1/jobs", json={**JOB, "gpus_per_task": 2}, headers=alice)
+        api.srv.loop.run_cycle()
+    assert _samples(_scrape(api))[depth] == 2.0
+    api.client.post("/v1/jobs", json={**JOB, "gpus_per_task": 2}, headers=alice)
+    api.srv.loop.run_cycle()
+    assert _samples(_scrape(api))[depth] == 3.0
+    api.client.post("/v1/jobs", json={**JOB, "gpus_per_task": 2}, headers=alice)
+    api.srv.loop.run_cycle()  # offered to the next scrape...
+    api.srv.metrics.set_leader(False)  # ...which comes after the lease was lost: nothing of it is shown
+    assert depth not in _samples(_scrape(api))

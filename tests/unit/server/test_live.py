@@ -20,9 +20,11 @@ from gpupool.domain.events import (
     TelemetryReported,
 )
 from gpupool.domain.health import HealthRules
+from gpupool.domain.states import NodeState
 from gpupool.fabric.generators import leaf_spine
 from gpupool.schemas.agent import GpuSample, PortSample
-from gpupool.server.live import LiveInbox, PortCounters, gpu_events, hca_leaves
+from gpupool.server.live import HeldFacts, LiveInbox, PortCounters, gpu_events, hca_leaves
+from gpupool.store.records import NodeRecord
 
 FABRIC = leaf_spine(2, 1, 2, gpus_per_host=2)
 LEAVES = {"mlx5_0": "leaf-01"}
@@ -217,3 +219,25 @@ def test_kept_sums_give_the_events_of_recomputing_every_port(beats: list[Any]) -
             PortSample(hca=h, state=state, xmit_wait_per_s=float(w), errors_per_s=float(e)) for h, w, e, state in ports
         )
         assert kept.events(host, samples, leaf_of, t) == ref.events(host, samples, leaf_of, t)
+
+
+def record(host: str, grades: tuple[HealthGrade, ...], version: int = 1) -> NodeRecord:
+    return NodeRecord(host, NodeState.UP, "H100", 2, (), grades, 1.0, version)
+
+
+def test_held_facts_fold_each_node_record_once_and_compare_again_after_an_event() -> None:
+    """A record already folded in is skipped (the loop reads the same objects every cycle); a new record of the
+    host is folded, and so is the old one again once an event changed what is held, as when every record was
+    compared each cycle: the state ends as the store's record says."""
+    st = ClusterState(FABRIC)
+    host = FABRIC.hosts[0].name
+    facts = HeldFacts()
+    ok, bad = record(host, (HealthGrade.OK, HealthGrade.OK)), record(host, (HealthGrade.BAD, HealthGrade.OK), 2)
+    assert facts.sync(st, [ok], 0.0) == [ok]
+    assert facts.sync(st, [ok], 1.0) == []
+    assert facts.sync(st, [bad], 2.0) == [bad]
+    assert facts.newly_bad() == {(host, 0)}
+    facts.fold(st, [GpuHealthChanged(host, 0, HealthGrade.OK, 3.0)])  # this replica's beat, before the store's
+    assert int(st.snapshot().gpu_grade[st.index.host_index(host), 0]) == int(HealthGrade.OK)
+    assert facts.sync(st, [bad], 4.0) == [bad]  # the record read again, as the store holds it
+    assert int(st.snapshot().gpu_grade[st.index.host_index(host), 0]) == int(HealthGrade.BAD)
