@@ -39,6 +39,7 @@ from gpupool.domain.events import (
 )
 from gpupool.domain.jobs import Allocation, JobSpec, RetryOn
 from gpupool.domain.states import JobState, NodeState
+from gpupool.fabric.fabric import Fabric
 from gpupool.scheduler import CycleInputs, ScheduleRequest, SharingPolicy
 from gpupool.scheduler.deadlines import Admission, admit
 from gpupool.scheduler.driver import CycleDriver, CycleRun
@@ -117,7 +118,7 @@ class SchedulingLoop(StoreSync):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._state: ClusterState | None = None
-        self._key: tuple[object, ...] | None = None
+        self._fabric: Fabric | None = None  # the fabric the state was built on
         self._dirty = True
         self._suspect = True
         self._db_state: dict[str, JobState] = {}
@@ -243,13 +244,15 @@ class SchedulingLoop(StoreSync):
 
     def _cycle(self, started: float) -> CycleReport:
         nodes = self._mark_lost_nodes()  # the cycle's one read of the nodes (up to 3 ORM reads of them cost more)
-        fabric, key = self._fabrics.current()
+        fabric, _ = self._fabrics.current()
         rebuilt = False
         if fabric is None:
             self._state = None
             return CycleReport(0, 0, 0, False, time.perf_counter() - started)
-        if self._state is None or self._dirty or key != self._key or not self._sync(nodes):
-            self._rebuild(key)  # re-applies the latest telemetry and drops what was pending (``restart``)
+        # A new fabric object is a new topology; an agent registering under an imported fabric changes none
+        # (its node's record is folded in by the sync, as any node's change).
+        if self._state is None or self._dirty or fabric is not self._fabric or not self._sync(nodes):
+            self._rebuild(fabric)  # re-applies the latest telemetry and drops what was pending (``restart``)
             rebuilt = True
         state = self._state
         assert state is not None

@@ -29,7 +29,6 @@ from gpupool.domain.events import (
 from gpupool.domain.states import JobState, NodeState
 from gpupool.fabric.fabric import Fabric
 from gpupool.scheduler.driver import CycleDriver
-from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.journal import NoJournal
 from gpupool.server.live import HeldFacts, LiveInbox
 from gpupool.store import JobRecord, LoadedState, NodeRecord, Store
@@ -44,10 +43,9 @@ _LIVE = (JobState.PENDING, *_PLACED)
 class StoreSync:
     _store: Store
     _ops: ServerOps
-    _fabrics: FabricCache
     _clock: Callable[[], float]
     _state: ClusterState | None
-    _key: tuple[object, ...] | None
+    _fabric: Fabric | None
     _dirty: bool
     _db_state: dict[str, JobState]
     _versions: dict[str, int]
@@ -61,9 +59,7 @@ class StoreSync:
     live: LiveInbox
 
     # -- state from the store ----------------------------------------------------------------------------------
-    def _rebuild(self, key: tuple[object, ...]) -> None:
-        fabric, key = self._fabrics.current()
-        assert fabric is not None
+    def _rebuild(self, fabric: Fabric) -> None:
         # Taken before the store is read: an event put from here on is pending for the next cycle's drain,
         # and one put before is in ``telemetry`` (or, a durable fact, in the store), so none is lost or doubled.
         telemetry = self.live.restart()
@@ -79,7 +75,7 @@ class StoreSync:
             except GpupoolError:
                 continue  # a host or switch the new fabric lacks
         self._state = state
-        self._key = key
+        self._fabric = fabric
         self._db_state = {j.job_id: j.state for j in loaded.jobs}
         self._versions = {j.job_id: j.version for j in loaded.jobs}
         self._mark = mark
