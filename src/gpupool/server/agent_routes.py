@@ -27,6 +27,7 @@ from gpupool.server.agentlogs import log_key
 from gpupool.server.auth import bearer
 from gpupool.server.core import Server
 from gpupool.server.fastsubmit import FastPath, replay
+from gpupool.server.gateway import Reports
 from gpupool.server.routes import ForbiddenError, Srv
 
 PREFIX = "/v1/agents/"
@@ -76,14 +77,15 @@ async def agent_commands(
     return await s.push.answer(host, body.workloads, body.held, receive, body.executed)
 
 
-def _report(s: Server, host: str, body: proto.ReportRequest, token: str) -> None:
+def _report(s: Server, host: str, body: proto.ReportRequest, token: str) -> Reports:
     s.gateway.check_node(host, token)
     s.gateway.check_protocol(host, body)
-    s.gateway.report(host, body.workloads)
+    return s.gateway.report(host, body.workloads)
 
 
 async def agent_reports(s: Server, host: str, body: proto.ReportRequest, authorization: str | None) -> None:
-    await s.beats.run(_report, s, host, body, bearer(authorization))
+    # Sorted on a beat worker; the commit is waited for on the event loop, the worker free meanwhile.
+    await s.gateway.reported(await s.beats.run(_report, s, host, body, bearer(authorization)))
 
 
 def _peer(scope: Scope) -> str:

@@ -53,6 +53,8 @@ class Server:
         self.push.refresher.stop()
         self.loop.stop()
         self.submits.close()
+        self.beats.close()
+        self.gateway.close()  # the rank reports queued are stored before the store closes
         self.store.close()
 
 

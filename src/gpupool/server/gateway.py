@@ -24,6 +24,7 @@ import logging
 import threading
 import zlib
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import overload
 from urllib.parse import urlsplit
 
@@ -60,7 +61,7 @@ from gpupool.server.hostcache import HostCache
 from gpupool.server.labels import derived_labels
 from gpupool.server.live import LeafMap, LiveInbox, PortCounters, gpu_events, reasons
 from gpupool.server.liveness import LastSeen
-from gpupool.server.rankbatch import RankBatcher
+from gpupool.server.rankbatch import Outcome, RankBatcher, Report
 from gpupool.server.settings import Settings
 from gpupool.server.telemetry import LiveTelemetry
 from gpupool.store import Principal, Store
@@ -87,6 +88,22 @@ def log_url(announced: str, peer: str) -> str:
         return ""
     host = f"[{peer}]" if ":" in peer else peer
     return f"{parts.scheme}://{host}" + ("" if port is None else f":{port}")
+
+
+@dataclass(frozen=True, slots=True)
+class Reports:
+    """A request's workload states, sorted: the ended ones settled without a write (``acked``) and the reports to
+    store, with their assignment ids."""
+
+    host: str
+    acked: list[str]
+    reports: list[Report]
+    aids: list[str]
+
+    def unstored(self, e: GpupoolError) -> list[Outcome]:
+        """None stored, none acknowledged (the database away): the agent repeats them."""
+        log.info("%d reports of %s not stored: %s", len(self.reports), self.host, e)
+        return [e] * len(self.reports)
 
 
 class ProtocolUnsupportedError(GpupoolError):
@@ -316,8 +333,26 @@ class AgentGateway:
                 log.info("signals of %s not marked done: %s", host, e)
         return out
 
-    def report(self, host: str, workloads: Sequence[WorkloadStatus]) -> None:
-        self._apply(host, workloads)
+    # -- reports -----------------------------------------------------------------------------------------------
+    def report(self, host: str, workloads: Sequence[WorkloadStatus]) -> Reports:
+        """A report request's first half, on a beat worker (the host cache may read the store): what to store.
+        The second half, ``reported``, waits for the commit on the event loop, holding no worker: a batch then
+        holds every report waiting, not at most one per worker."""
+        return self._reports(host, workloads)
+
+    def close(self) -> None:
+        """Store the reports queued; later ones are refused (the server is shutting down)."""
+        self._ranks.close()
+
+    async def reported(self, p: Reports) -> None:
+        """Returns once ``p``'s reports are stored (or refused: the agent repeats them)."""
+        if not p.reports:
+            return
+        try:
+            outcomes = await self._ranks.stored(p.reports)
+        except GpupoolError as e:
+            outcomes = p.unstored(e)
+        self._settle(p, outcomes)
 
     def _inventory(self, host: str) -> RegisterRequest:
         """What ``host`` registered (its HCAs, for the leaf map)."""
@@ -325,33 +360,42 @@ class AgentGateway:
 
     # -- workload states -> rank rows -> job states ----------------------------------------------------------
     def _apply(self, host: str, workloads: Sequence[WorkloadStatus]) -> list[str]:
-        """Store each reported rank (the job moves with it in the same transaction); return the assignment ids
-        of the ended ones now settled: stored, or belonging to no live allocation (nothing to store)."""
+        """Store each reported rank (the job moves with it in the same transaction), waiting in this thread (a
+        beat worker's); return the assignment ids of the ended ones now settled: stored, or belonging to no live
+        allocation (nothing to store)."""
+        p = self._reports(host, workloads)
+        try:
+            outcomes = self._ranks.record(p.reports) if p.reports else []  # with other requests' reports
+        except GpupoolError as e:
+            outcomes = p.unstored(e)
+        return self._settle(p, outcomes)
+
+    def _reports(self, host: str, workloads: Sequence[WorkloadStatus]) -> Reports:
+        """What of ``workloads`` must be stored, and the ended ones settled without a write."""
         cached = {a.assignment_id: a for a in self._hosts.assignments(host)}
-        acked: list[str] = []
-        changed: set[str] = set()  # jobs whose ranks (or state) the reports moved
-        reports: list[tuple[RankReport, str]] = []
-        aids: list[str] = []  # of the reports to store, in order
+        p = Reports(host, [], [], [])
         for w in workloads:
             ended = w.state in ("exited", "lost")
             a = cached.get(w.assignment_id)
             if a is not None and (a.ended or (not ended and a.started)):
                 if ended:
-                    acked.append(w.assignment_id)
+                    p.acked.append(w.assignment_id)
                 continue  # already stored: the steady state (every beat lists every running rank) writes nothing
             parsed = parse_assignment_id(w.assignment_id)
             if parsed is None or parsed[0] != w.job_id:
-                acked += [w.assignment_id] if ended else []
+                p.acked.extend([w.assignment_id] if ended else [])
                 continue
             report = RankReport(parsed[0], parsed[1], parsed[2], host, w.state, w.exit_code, w.reason)
-            reports.append((report, f"agent:{host}"))
-            aids.append(w.assignment_id)
-        try:
-            outcomes = self._ranks.record(reports)  # with other requests' reports, in one transaction
-        except GpupoolError as e:  # none stored, none acknowledged: the agent repeats them
-            log.info("%d reports of %s not stored: %s", len(reports), host, e)
-            outcomes = [e] * len(reports)
-        for aid, (report, _), out in zip(aids, reports, outcomes, strict=True):
+            p.reports.append((report, f"agent:{host}"))
+            p.aids.append(w.assignment_id)
+        return p
+
+    def _settle(self, p: Reports, outcomes: Sequence[Outcome]) -> list[str]:
+        """After the commit that held ``p``'s reports: the ended ones it stored join ``p.acked``, and the jobs they
+        moved are dropped from the host cache and the loop nudged."""
+        acked = list(p.acked)
+        changed: set[str] = set()  # jobs whose ranks (or state) the reports moved
+        for aid, (report, _), out in zip(p.aids, p.reports, outcomes, strict=True):
             if isinstance(out, GpupoolError):
                 log.info("report for %s not stored: %s", aid, out)
                 continue

@@ -7,12 +7,16 @@ outcome per item, or a ``GpupoolError`` that refused that item alone. Each item'
 commit that holds it, so an acknowledged item is durable as if stored alone. Under light load a batch is one
 item: no waiting for company.
 
-Two ways to wait, one queue and one commit: a caller on a thread of its own (the agents' beat workers) calls
+Two ways to wait, one queue and one commit: a caller on a thread of its own (a heartbeat on a beat worker) calls
 ``run``: it takes the turn itself and returns when its items are stored, by its own commit or another's (no
-hand-off to another thread: at 300 nodes a writer thread's two wake-ups per report halved the launches
-acknowledged per second). A caller that must not block (the submit route, on the event loop) calls
-``enqueue`` and awaits the futures; writer threads take the turn for it. They start with the first such item
-and end after ``idle_s`` without one, so an idle use holds no thread and an owner never closed leaks none.
+hand-off to another thread). A caller that must not block (the submit route, an agent's report, on the event
+loop) calls ``enqueue`` and awaits the futures (``stored``: one wake-up of the loop per caller, not per item);
+writer threads take the turn for it. They start with the first such item and end after ``idle_s`` without one,
+so an idle use holds no thread and an owner never closed leaks none. (At 300 nodes a writer thread's two
+wake-ups per report once halved the launches acknowledged per second against ``run``; at 1,000 nodes the
+reverse holds: a report waiting in ``run`` holds a beat worker for its commit, so a batch holds at most as many
+reports as there are workers, and the reports waiting on the loop instead carried more: docs/benchmarks.md,
+"Report intake".)
 
 Failures: a batch the store refuses as a whole for one item's sake (a domain error: a job another replica
 changed meanwhile) is stored again one item at a time, so that item alone fails. A database that fails a batch
@@ -25,6 +29,8 @@ Backpressure: at most ``max_queued`` items wait for a commit; more are refused a
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -93,6 +99,33 @@ class GroupCommit(Generic[I, O]):
         """Queue ``items`` for the writer threads; each future is done once the transaction holding its item
         committed, or with the error that refused it."""
         return self._put(items, writer=True)
+
+    async def stored(self, items: Sequence[I]) -> list[Future[O]]:
+        """``enqueue`` for a caller on the event loop: returns once every item's future is done (the loop woken
+        once, by the last of them). Cancelled meanwhile, the items are stored all the same."""
+        futs = self.enqueue(items)
+        if not futs:
+            return futs
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        left, lock = [len(futs)], threading.Lock()
+
+        def finish() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def one(_: Future[O]) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                    loop.call_soon_threadsafe(finish)
+
+        for fut in futs:
+            fut.add_done_callback(one)
+        await done
+        return futs
 
     def close(self) -> None:
         """Store what was queued, then end the writers; later items are refused."""

@@ -15,14 +15,15 @@ requests, which holds the default thread pool, never delays them.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import contextvars
+import functools
 import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
-
-import anyio
-import anyio.to_thread
 
 from gpupool.store import Store
 
@@ -128,21 +129,30 @@ class IntakeWatch:
 
 
 class BeatWorkers:
-    """The agents' intake: heartbeats and rank reports run on their own ``workers`` threads (an anyio limiter
-    of their own: the default one, which every sync API route shares, may be full), and ``watch`` ticks the
-    ``IntakeWatch`` through the same path."""
+    """The agents' intake: heartbeats and rank reports run on their own ``workers`` threads (a pool of their own:
+    the default one, which every sync API route shares, may be full), and ``watch`` ticks the ``IntakeWatch``
+    through the same path.
+
+    A ``concurrent.futures`` pool, awaited with ``asyncio.wrap_future``, not ``anyio.to_thread``: at a thousand
+    nodes the intake hands a beat, a poll's token check or a report to a worker some 500 times a second, and
+    anyio's hand-off (a limiter, a cancel scope, a ``queue.Queue`` per worker) cost about three times the CPU of
+    the pool's (docs/benchmarks.md, "Report intake"). The request's context (its id, for the logs) goes along.
+    A request cancelled meanwhile (its client gone) leaves its call to finish on the worker."""
 
     def __init__(self, workers: int, intake: IntakeWatch) -> None:
-        self._workers, self.intake = workers, intake
-        self._limiter: anyio.CapacityLimiter | None = None  # made on the event loop that uses it
+        self.intake = intake
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gpupool-beat")
 
     async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self._workers)
-        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._limiter)
+        ctx = contextvars.copy_context()
+        return await asyncio.wrap_future(self._pool.submit(ctx.run, functools.partial(fn, *args, **kwargs)))
 
     async def watch(self) -> None:
         """Tick the intake watch until cancelled (a task of the server's lifespan)."""
         while True:
-            await anyio.sleep(self.intake.tick_s)
+            await asyncio.sleep(self.intake.tick_s)
             await self.run(self.intake.tick)
+
+    def close(self) -> None:
+        """End the workers once the calls they run return; calls not yet started are dropped."""
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -5,6 +5,7 @@ idle and start again with the next item, and a close stores what was queued befo
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -127,3 +128,32 @@ def test_a_caller_that_runs_commits_in_its_own_thread_and_takes_what_writers_lef
         assert not gc._threads  # no writer thread: the caller stored them
     finally:
         gc.close()
+
+
+def test_callers_awaiting_on_the_event_loop_are_answered_after_the_commit_that_holds_them_and_share_it() -> None:
+    store = Store()
+    store.gate.clear()
+    gc = _gc(store)
+
+    async def main() -> list[list[int]]:
+        first = asyncio.ensure_future(gc.stored([1]))
+        await _until(lambda: not gc._queue and gc._queued == 1)  # the writer took it and waits on the gate
+        rest = [asyncio.ensure_future(gc.stored(items)) for items in ([2, 3], [-4], [])]
+        await _until(lambda: gc._queued == 4)  # the first, taken, and three behind it
+        assert not any(t.done() for t in (first, *rest[:2]))  # nothing answered before its commit
+        store.gate.set()
+        return [[f.result(0) if f.exception() is None else -1 for f in await t] for t in (first, *rest)]
+
+    try:
+        assert asyncio.run(main()) == [[2], [4, 6], [-1], []]
+        # The three queued behind the first commit shared one transaction, each caller given its own outcomes.
+        assert [items for items, _ in store.calls] == [[1], [2, 3, -4]]
+    finally:
+        gc.close()
+
+
+async def _until(cond: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.001)
