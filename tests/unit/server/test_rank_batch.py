@@ -4,6 +4,7 @@ a database away fails every caller of the batch."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Sequence
@@ -106,3 +107,17 @@ def test_a_database_away_fails_every_caller_of_the_batch() -> None:
     assert len(store.batches) == 2  # not retried one at a time: every report in it is as unstored as the rest
     with pytest.raises(StoreUnavailableError):
         batcher.record([_r("j4")])
+
+
+def test_a_report_request_awaiting_on_the_event_loop_gets_its_own_outcomes_or_the_batch_error() -> None:
+    store = FakeStore()
+    store.release.set()
+    batcher = RankBatcher(store.record_ranks)
+    try:
+        outs = asyncio.run(batcher.stored([_r("j0"), _r("bad")]))
+        assert isinstance(outs[0], RankOutcome) and isinstance(outs[1], StaleVersionError)  # refused alone
+        store.away = True
+        with pytest.raises(StoreUnavailableError):
+            asyncio.run(batcher.stored([_r("j1")]))
+    finally:
+        batcher.close()
