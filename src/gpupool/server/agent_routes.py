@@ -54,17 +54,24 @@ async def agent_register(
     return await run_in_threadpool(_register, s, body, authorization, peer)  # store writes: not on the event loop
 
 
-def _beat(s: Server, host: str, body: proto.HeartbeatRequest, token: str, received_s: float) -> proto.HeartbeatReply:
+def _beat(
+    s: Server, host: str, body: proto.HeartbeatRequest, token: str, received_s: float
+) -> proto.HeartbeatReply | Reports:
     s.gateway.check_node(host, token)
     s.gateway.check_protocol(host, body)
-    return s.gateway.heartbeat(host, body, received_s)
+    got = s.gateway.heartbeat(host, body, received_s)
+    return got if got.reports else s.gateway.answer(host, body, got.acked)  # states to store: answered after
 
 
 async def agent_heartbeat(
     s: Server, host: str, body: proto.HeartbeatRequest, authorization: str | None
 ) -> proto.HeartbeatReply:
-    # Agents' beats and reports run on the beat workers (``liveness``), never behind the API's requests.
-    return await s.beats.run(_beat, s, host, body, bearer(authorization), s.clock())
+    # Agents' beats and reports run on the beat workers (``liveness``), never behind the API's requests. A beat
+    # that carries states to store waits for their commit on the event loop, as a report does, then is answered.
+    got = await s.beats.run(_beat, s, host, body, bearer(authorization), s.clock())
+    if isinstance(got, Reports):
+        got = await s.beats.run(s.gateway.answer, host, body, await s.gateway.reported(got))
+    return got
 
 
 async def agent_commands(

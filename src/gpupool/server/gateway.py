@@ -231,8 +231,11 @@ class AgentGateway:
         self._hosts.token_verified(host, token, verified)
 
     # -- heartbeat ---------------------------------------------------------------------------------------------
-    def heartbeat(self, host: str, req: HeartbeatRequest, received_s: float | None = None) -> HeartbeatReply:
-        """``received_s``: when the server took the beat in (before it waited for a beat worker): its time."""
+    def heartbeat(self, host: str, req: HeartbeatRequest, received_s: float | None = None) -> Reports:
+        """A beat's first half, on a beat worker: the node's time, grades and XIDs, the live events, and what of
+        its workload states must be stored. The caller awaits ``reported`` (the commit, on the event loop, when
+        there is anything to store), then ``answer``. ``received_s``: when the server took the beat in (before
+        it waited for a beat worker): its time."""
         actor = f"agent:{host}"
         now = self._clock() if received_s is None else received_s
         self.telemetry.record(host, req)
@@ -256,7 +259,11 @@ class AgentGateway:
         if req.ports:
             events += self._ports.events(host, req.ports, self._leaves.of(host), now)
         self._live.put(events)
-        acked = self._apply(host, req.workloads)
+        return self._reports(host, req.workloads)
+
+    def answer(self, host: str, req: HeartbeatRequest, acked: Sequence[str]) -> HeartbeatReply:
+        """A beat's second half, on a beat worker, after its states were stored (``acked``: the ends settled):
+        the watchdog, the releasing ranks its agent confirms gone, and the reply's commands."""
         self._watch(host, req.workloads)
         self._released(host, req.workloads, req.seen_server_s)
         held = None if req.held is None else frozenset(req.held)
@@ -337,41 +344,33 @@ class AgentGateway:
     def report(self, host: str, workloads: Sequence[WorkloadStatus]) -> Reports:
         """A report request's first half, on a beat worker (the host cache may read the store): what to store.
         The second half, ``reported``, waits for the commit on the event loop, holding no worker: a batch then
-        holds every report waiting, not at most one per worker."""
+        holds every report waiting (of reports and beats alike), not at most one per worker."""
         return self._reports(host, workloads)
 
     def close(self) -> None:
         """Store the reports queued; later ones are refused (the server is shutting down)."""
         self._ranks.close()
 
-    async def reported(self, p: Reports) -> None:
-        """Returns once ``p``'s reports are stored (or refused: the agent repeats them)."""
+    async def reported(self, p: Reports) -> list[str]:
+        """Returns once ``p``'s reports are stored (or refused: the agent repeats them), with the assignment ids
+        of the ended ranks now settled: stored, or of no live allocation (nothing to store)."""
         if not p.reports:
-            return
+            return p.acked
         try:
-            outcomes = await self._ranks.stored(p.reports)
+            outcomes = await self._ranks.stored(p.reports)  # with other requests' reports, in one transaction
         except GpupoolError as e:
             outcomes = p.unstored(e)
-        self._settle(p, outcomes)
+        return self._settle(p, outcomes)
 
     def _inventory(self, host: str) -> RegisterRequest:
         """What ``host`` registered (its HCAs, for the leaf map)."""
         return RegisterRequest.model_validate(self._ops.agent(host).inventory)
 
     # -- workload states -> rank rows -> job states ----------------------------------------------------------
-    def _apply(self, host: str, workloads: Sequence[WorkloadStatus]) -> list[str]:
-        """Store each reported rank (the job moves with it in the same transaction), waiting in this thread (a
-        beat worker's); return the assignment ids of the ended ones now settled: stored, or belonging to no live
-        allocation (nothing to store)."""
-        p = self._reports(host, workloads)
-        try:
-            outcomes = self._ranks.record(p.reports) if p.reports else []  # with other requests' reports
-        except GpupoolError as e:
-            outcomes = p.unstored(e)
-        return self._settle(p, outcomes)
-
+    # -- workload states -> rank rows -> job states ----------------------------------------------------------
     def _reports(self, host: str, workloads: Sequence[WorkloadStatus]) -> Reports:
-        """What of ``workloads`` must be stored, and the ended ones settled without a write."""
+        """What of ``workloads`` must be stored (each rank's row; the job moves with it in the same transaction,
+        ``Store.record_ranks``), and the ended ones settled without a write."""
         cached = {a.assignment_id: a for a in self._hosts.assignments(host)}
         p = Reports(host, [], [], [])
         for w in workloads:

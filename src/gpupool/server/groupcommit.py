@@ -7,16 +7,13 @@ outcome per item, or a ``GpupoolError`` that refused that item alone. Each item'
 commit that holds it, so an acknowledged item is durable as if stored alone. Under light load a batch is one
 item: no waiting for company.
 
-Two ways to wait, one queue and one commit: a caller on a thread of its own (a heartbeat on a beat worker) calls
-``run``: it takes the turn itself and returns when its items are stored, by its own commit or another's (no
-hand-off to another thread). A caller that must not block (the submit route, an agent's report, on the event
-loop) calls ``enqueue`` and awaits the futures (``stored``: one wake-up of the loop per caller, not per item);
-writer threads take the turn for it. They start with the first such item and end after ``idle_s`` without one,
-so an idle use holds no thread and an owner never closed leaks none. (At 300 nodes a writer thread's two
-wake-ups per report once halved the launches acknowledged per second against ``run``; at 1,000 nodes the
-reverse holds: a report waiting in ``run`` holds a beat worker for its commit, so a batch holds at most as many
-reports as there are workers, and the reports waiting on the loop instead carried more: docs/benchmarks.md,
-"Report intake".)
+Callers queue items with ``enqueue`` and, on the event loop, await the futures (``stored``: the loop woken once
+per caller, not per item); writer threads take the turn. They start with the first item and end after ``idle_s``
+without one, so an idle use holds no thread and an owner never closed leaks none. (A second way, a caller on a
+thread of its own taking the turn itself, is gone: at 300 nodes a writer thread's two wake-ups per report once
+halved the launches acknowledged per second against it, but at 1,000 nodes a report waiting that way held a
+beat worker for its commit, so a batch held at most as many reports as there were workers, and the reports
+waiting on the loop instead carried more: docs/benchmarks.md, "Report intake".)
 
 Failures: a batch the store refuses as a whole for one item's sake (a domain error: a job another replica
 changed meanwhile) is stored again one item at a time, so that item alone fails. A database that fails a batch
@@ -36,7 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from typing import Generic, TypeVar
 
 from gpupool.domain.errors import GpupoolError, StoreUnavailableError
@@ -82,23 +79,23 @@ class GroupCommit(Generic[I, O]):
         self._stop = threading.Event()  # cuts a retry's backoff short at close
         self.batches = 0  # calls of ``store`` that committed (tests and benchmarks read it)
 
-    def run(self, items: Sequence[I]) -> list[Future[O]]:
-        """Queue ``items`` and commit in this thread until they are stored (with whatever else is queued): the
-        futures returned are done."""
-        futs = self._put(items, writer=False)
-        while not all(f.done() for f in futs):
-            with self._turn:
-                batch = [] if all(f.done() for f in futs) else self._take()
-                if batch:
-                    self._write(batch)
-            if not batch:  # done, or in another turn's batch now
-                wait(futs)
-        return futs
-
     def enqueue(self, items: Sequence[I]) -> list[Future[O]]:
         """Queue ``items`` for the writer threads; each future is done once the transaction holding its item
         committed, or with the error that refused it."""
-        return self._put(items, writer=True)
+        futs: list[Future[O]] = [Future() for _ in items]
+        with self._cond:
+            if self._closed:
+                raise GpupoolError("the server is shutting down")
+            if self._queued + len(items) > self._max_queued:
+                raise self._full(self._queued)
+            self._queued += len(items)
+            self._queue.extend(zip(items, futs, strict=True))
+            while len(self._threads) < self._writers:
+                thread = threading.Thread(target=self._run, name=f"{self._name}-{len(self._threads)}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+            self._cond.notify()
+        return futs
 
     async def stored(self, items: Sequence[I]) -> list[Future[O]]:
         """``enqueue`` for a caller on the event loop: returns once every item's future is done (the loop woken
@@ -136,23 +133,6 @@ class GroupCommit(Generic[I, O]):
         self._stop.set()
         for thread in threads:
             thread.join(timeout=30)
-
-    def _put(self, items: Sequence[I], *, writer: bool) -> list[Future[O]]:
-        futs: list[Future[O]] = [Future() for _ in items]
-        with self._cond:
-            if self._closed:
-                raise GpupoolError("the server is shutting down")
-            if self._queued + len(items) > self._max_queued:
-                raise self._full(self._queued)
-            self._queued += len(items)
-            self._queue.extend(zip(items, futs, strict=True))
-            if writer:
-                while len(self._threads) < self._writers:
-                    thread = threading.Thread(target=self._run, name=f"{self._name}-{len(self._threads)}", daemon=True)
-                    self._threads.append(thread)
-                    thread.start()
-                self._cond.notify()
-        return futs
 
     def _take(self) -> list[tuple[I, Future[O]]]:
         with self._cond:

@@ -3,10 +3,9 @@ one transaction (``groupcommit.GroupCommit`` over ``Store.record_ranks``), each 
 outcomes of its own reports.
 
 A fleet reports two states per rank (running, then exited), and one transaction each made the reports' commit rate
-the intake's limit. A caller on a beat worker (a heartbeat's states) commits in its own thread (``record``:
-``GroupCommit.run`` takes the commit turn, or finds its reports stored by the turn before); a report request
-waits on the event loop (``stored``), holding no worker while the writer thread commits. Either returns only
-after the commit that holds its reports, so an acknowledged end is durable as before; a report is idempotent (an end is final, a repeat changes nothing), so an
+the intake's limit. A request (a report, or a beat carrying states) waits for the commit on the event loop
+(``stored``), holding no beat worker while the writer thread commits, and returns only after the commit that
+holds its reports, so an acknowledged end is durable as before; a report is idempotent (an end is final, a repeat changes nothing), so an
 agent that repeats one whose answer it never got changes nothing. A report refused alone (a job another replica
 changed meanwhile) is that report's outcome, not acknowledged: its agent repeats it. A database that is away is not
 waited for (no retry): every caller of the batch gets the error, and each agent repeats its reports.
@@ -42,13 +41,9 @@ class RankBatcher:
     def close(self) -> None:
         self._commit.close()
 
-    def record(self, reports: Sequence[Report]) -> list[Outcome]:
+    async def stored(self, reports: Sequence[Report]) -> list[Outcome]:
         """Store ``reports`` (with those of concurrent callers); returns after the commit that holds them, one
         outcome per report in order. Raises what failed the whole batch (the database away)."""
-        return _outcomes(self._commit.run(reports))
-
-    async def stored(self, reports: Sequence[Report]) -> list[Outcome]:
-        """``record`` for a caller on the event loop: awaits the commit that holds ``reports`` without a thread."""
         return _outcomes(await self._commit.stored(reports))
 
 

@@ -6,6 +6,7 @@ twice. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -13,7 +14,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 
 from gpupool.domain.jobs import Allocation, JobSpec, TaskAllocation
@@ -99,9 +99,8 @@ def test_a_batch_does_what_its_reports_do_one_at_a_time_and_a_repeat_does_nothin
     assert _audit(store, "m-") == audit
 
 
-@pytest.mark.parametrize("way", ["record", "stored"])  # a beat worker's wait, a report request's on the loop
 def test_a_server_killed_after_a_batch_commit_before_its_answer_applies_nothing_twice(
-    store: Store, make_spec: Spec, db_url: str, way: str
+    store: Store, make_spec: Spec, db_url: str
 ) -> None:
     for h in ("h1", "h2"):
         store.upsert_node(h, gpu_model="H100", gpu_count=8, actor="agent")
@@ -109,7 +108,7 @@ def test_a_server_killed_after_a_batch_commit_before_its_answer_applies_nothing_
     reports = _reports("k-", v)
     wire = [[r.job_id, r.allocation, r.rank, r.host, r.state, r.exit_code, r.reason] for r, _ in reports]
     child = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("store_reporter.py")), db_url, way],
+        [sys.executable, str(Path(__file__).with_name("store_reporter.py")), db_url],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -134,7 +133,7 @@ def test_a_server_killed_after_a_batch_commit_before_its_answer_applies_nothing_
 
     # The agents repeat every report to a fresh process (a restarted server): nothing is applied twice.
     with Store(db_url) as again:
-        outs = RankBatcher(again.record_ranks).record(reports)
+        outs = asyncio.run(RankBatcher(again.record_ranks).stored(reports))
         assert all(isinstance(o, RankOutcome) and not o.changed for o in outs)
     assert _states(store, "k-") == committed
     assert _audit(store, "k-") == audit

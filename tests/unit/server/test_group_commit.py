@@ -113,23 +113,6 @@ def test_a_close_stores_what_was_queued_and_refuses_what_comes_after() -> None:
     assert [f.result(0) for f in futs] == [2, 4, 6]
 
 
-def test_a_caller_that_runs_commits_in_its_own_thread_and_takes_what_writers_left_queued() -> None:
-    store = Store()
-    gc = _gc(store)
-    try:
-        queued = gc._put([1, 2], writer=False)  # as if another caller had queued them and not yet taken the turn
-        ran: list[int] = []
-        caller = threading.Thread(target=lambda: ran.extend(f.result(0) for f in gc.run([3])))
-        caller.start()
-        store.gate.set()
-        caller.join(10)
-        assert ran == [6] and [f.result(0) for f in queued] == [2, 4]
-        assert store.calls == [([1, 2, 3], False)]  # one transaction for all three
-        assert not gc._threads  # no writer thread: the caller stored them
-    finally:
-        gc.close()
-
-
 def test_callers_awaiting_on_the_event_loop_are_answered_after_the_commit_that_holds_them_and_share_it() -> None:
     store = Store()
     store.gate.clear()

@@ -52,13 +52,13 @@ def _wait_for(cond: object, what: str) -> None:
 
 
 def _callers(batcher: RankBatcher, store: FakeStore, groups: list[list[str]]) -> list[object]:
-    """The first group's caller takes the turn and is held in its commit; the others queue behind it; then
-    the commit is let go. Each caller's result (outcomes or the exception raised), in group order."""
+    """The first group's reports are taken by the writer and held in its commit; the others queue behind it;
+    then the commit is let go. Each caller's result (outcomes or the exception raised), in group order."""
     results: list[object] = [None] * len(groups)
 
     def call(i: int) -> None:
         try:
-            results[i] = batcher.record([_r(j) for j in groups[i]])
+            results[i] = asyncio.run(batcher.stored([_r(j) for j in groups[i]]))
         except GpupoolError as e:
             results[i] = e
 
@@ -106,7 +106,7 @@ def test_a_database_away_fails_every_caller_of_the_batch() -> None:
     assert all(isinstance(r, StoreUnavailableError) for r in results)
     assert len(store.batches) == 2  # not retried one at a time: every report in it is as unstored as the rest
     with pytest.raises(StoreUnavailableError):
-        batcher.record([_r("j4")])
+        asyncio.run(batcher.stored([_r("j4")]))
 
 
 def test_a_report_request_awaiting_on_the_event_loop_gets_its_own_outcomes_or_the_batch_error() -> None:
