@@ -140,12 +140,20 @@ class BeatWorkers:
     A request cancelled meanwhile (its client gone) leaves its call to finish on the worker."""
 
     def __init__(self, workers: int, intake: IntakeWatch) -> None:
-        self.intake = intake
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="gpupool-beat")
+        self.intake, self._workers = intake, workers
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None  # made by the first call after each close (an app's lifespans)
 
     async def run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         ctx = contextvars.copy_context()
-        return await asyncio.wrap_future(self._pool.submit(ctx.run, functools.partial(fn, *args, **kwargs)))
+        pool = self._pool or self._open()
+        return await asyncio.wrap_future(pool.submit(ctx.run, functools.partial(fn, *args, **kwargs)))
+
+    def _open(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="gpupool-beat")
+            return self._pool
 
     async def watch(self) -> None:
         """Tick the intake watch until cancelled (a task of the server's lifespan)."""
@@ -155,4 +163,7 @@ class BeatWorkers:
 
     def close(self) -> None:
         """End the workers once the calls they run return; calls not yet started are dropped."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
