@@ -110,8 +110,8 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
         retry_s=settings.store_retry_s,
     )
     fits = SubmitCheck(store.list_nodes, lambda: defined_pools(store), settings.host_cache_s, clock)
-    push = CommandPush(gateway.commands, bell, refresher, settings.command_wait_s, clock)
     beats = BeatWorkers(settings.heartbeat_workers, intake)
+    push = CommandPush(gateway.commands, bell, refresher, beats, settings.command_wait_s, clock)
     queue = QueueOrder(lambda: loop.last_run, settings.scheduler.policy)
     return Server(
         settings,
