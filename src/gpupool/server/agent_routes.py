@@ -79,7 +79,9 @@ async def agent_commands(
 ) -> proto.CommandsReply | None:
     """The long poll's reply; None when the agent hung up first. A waiting poll holds a future on the event
     loop, not a worker thread (see ``push``)."""
-    await s.beats.run(s.gateway.check_node, host, bearer(authorization))
+    token = bearer(authorization)
+    if not s.gateway.node_token_held(host, token):  # the usual case answered in memory; else a store read, maybe
+        await s.beats.run(s.gateway.check_node, host, token)
     s.gateway.check_protocol(host, body)
     return await s.push.answer(host, body.workloads, body.held, receive, body.executed)
 

@@ -216,6 +216,12 @@ class AgentGateway:
             raise AuthError("the join token is unknown, revoked or expired")
         return Registrant("join", join.id)
 
+    def node_token_held(self, host: str, token: str) -> bool:
+        """True when memory alone shows ``token`` to be ``host``'s (``check_node`` would pass without reading the
+        store): asked on the event loop, so a poll's check costs no hand-off. False proves nothing: ``check_node``
+        (on a beat worker) decides, and refuses a wrong or replaced token as ever."""
+        return self._hosts.token_check(host, token, read=False)[0]
+
     def check_node(self, host: str, token: str) -> None:
         fresh, known = self._hosts.token_check(host, token)
         if fresh:

@@ -130,10 +130,24 @@ class HostCache:
                 if old is None or old.version <= node.version:
                     snap.nodes[node.name] = node
 
+    def _held(self) -> tuple[_Snapshot | None, int, bool]:
+        """The snapshot, the generation it must have to be trusted, and whether some jobs' ranks wait to be patched."""
+        with self._lock:
+            return self._snap, self._generation, bool(self._dirty)
+
+    def _unread(self) -> _Snapshot | None:
+        """The snapshot when ``_current`` would answer its nodes' token hashes without reading the store: younger
+        than ``ttl_s`` and nothing changed here since but some jobs' ranks (a patch reads only those: the hashes
+        and the age it keeps are these). None when a whole reload is due."""
+        now = self._clock()
+        snap, generation, _ = self._held()
+        if snap is not None and snap.generation == generation and now - snap.loaded_at < self._ttl_s:
+            return snap
+        return None
+
     def _current(self) -> _Snapshot:
         now = self._clock()
-        with self._lock:
-            snap, generation, dirty = self._snap, self._generation, bool(self._dirty)
+        snap, generation, dirty = self._held()
         if snap is not None and snap.generation == generation and now - snap.loaded_at < self._ttl_s and not dirty:
             return snap
         if snap is not None and snap.generation == generation and not dirty:
@@ -226,18 +240,23 @@ class HostCache:
         return dataclasses.replace(snap, assignments=assignments), touched
 
     # -- node tokens -------------------------------------------------------------------------------------------
-    def token_check(self, host: str, token: str) -> tuple[bool, str | None]:
+    def token_check(self, host: str, token: str, read: bool = True) -> tuple[bool, str | None]:
         """``(fresh, hash)``: fresh when ``token`` was verified for ``host`` within ``token_ttl_s`` (and the host
         did not register again here since); else the stored hash it was last verified against, if any, so the
-        caller may renew the check with a cheap read of the current hash instead of hashing the token again."""
+        caller may renew the check with a cheap read of the current hash instead of hashing the token again.
+        ``read=False``: answered from memory only, for the event loop; not fresh when the snapshot would have to
+        be read again first (``_unread``), so the caller renews the check as for a stale one."""
         digest = hashlib.sha256(token.encode()).digest()
         with self._lock:
             hit = self._tokens.get(host)
         if hit is None or not hmac.compare_digest(hit[0], digest):
             return False, None
+        snap = self._current() if read else self._unread()
+        if snap is None:
+            return False, hit[1]
         # The snapshot (at most ttl_s old) still holds the hash this token matched: still the host's token.
         # A different hash there: the host registered again (on any replica), so the TTL is not trusted.
-        stored = self._current().token_hashes.get(host)
+        stored = snap.token_hashes.get(host)
         if stored is not None:
             return stored == hit[1], hit[1]
         return hit[2] > self._clock(), hit[1]

@@ -134,9 +134,9 @@ class BeatWorkers:
     through the same path.
 
     A ``concurrent.futures`` pool, awaited with ``asyncio.wrap_future``, not ``anyio.to_thread``: at a thousand
-    nodes the intake hands a beat, a poll's token check or a report to a worker some 500 times a second, and
-    anyio's hand-off (a limiter, a cancel scope, a ``queue.Queue`` per worker) cost about three times the CPU of
-    the pool's (docs/benchmarks.md, "Report intake"). The request's context (its id, for the logs) goes along.
+    nodes the intake hands a beat, a poll's pass (and its token check, when memory does not settle it) or a
+    report to a worker some 500 times a second, and anyio's hand-off (a limiter, a cancel scope, a
+    ``queue.Queue`` per worker) cost about three times the CPU of the pool's (docs/benchmarks.md, "Report intake"). The request's context (its id, for the logs) goes along.
     A request cancelled meanwhile (its client gone) leaves its call to finish on the worker."""
 
     def __init__(self, workers: int, intake: IntakeWatch) -> None:

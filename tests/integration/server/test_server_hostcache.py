@@ -54,6 +54,28 @@ def test_a_wrong_token_is_refused_even_after_a_good_one(api: Api) -> None:
     assert r.status_code == 401
 
 
+def test_memory_settles_a_token_only_while_the_snapshot_needs_no_reload(api: Api) -> None:
+    """``node_token_held`` (a poll's check on the event loop) never reads: it vouches for a verified token while
+    the snapshot is younger than host_cache_s and only some ranks wait to be patched (a patch keeps the hashes),
+    not once a whole reload is due; a wrong token never."""
+    node = api.register("gpu-01")
+    token = node["Authorization"].removeprefix("Bearer ")
+    gateway, hosts = api.srv.gateway, api.srv.gateway._hosts
+    assert not gateway.node_token_held("gpu-01", token)  # never verified here
+    api.beat("gpu-01", node)
+    loads, patches = hosts.loads, hosts.patches
+    assert gateway.node_token_held("gpu-01", token) and not gateway.node_token_held("gpu-01", token + "x")
+    hosts.invalidate(["some-job"])
+    assert gateway.node_token_held("gpu-01", token)
+    hosts.invalidate()
+    assert not gateway.node_token_held("gpu-01", token)
+    assert (hosts.loads, hosts.patches) == (loads, patches)  # none of these read the store
+    api.beat("gpu-01", node)
+    assert gateway.node_token_held("gpu-01", token)
+    api.clock.t += api.srv.settings.host_cache_s
+    assert not gateway.node_token_held("gpu-01", token)
+
+
 def test_local_placement_cancel_and_loss_reach_the_very_next_beat(api: Api) -> None:
     alice = api.tenant("alice")
     node = api.register("gpu-01")

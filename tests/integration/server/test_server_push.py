@@ -182,3 +182,46 @@ def test_a_poll_needs_the_node_token(api: Api) -> None:
     node = api.register("gpu-02")
     r = api.client.post("/v1/agents/gpu-01/commands", json={}, headers=node)  # another node's token
     assert r.status_code == 401
+
+
+def test_a_polls_token_is_checked_in_memory_and_a_replaced_one_is_refused(
+    db_url: str, tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poll whose token memory already shows to be its host's is checked on the event loop (no worker, no read:
+    ``check_node`` is not called); a wrong token, or one replaced by a registration here (at once) or on another
+    replica (once ``host_cache_s`` has passed, the bound a beat's check has too), is refused with 401."""
+    for api in make_api(db_url, tmp_path, clock, command_wait_s=0.05):
+        for other in make_api(db_url, tmp_path, clock, command_wait_s=0.05):
+            _replaced_tokens(api, other, clock, monkeypatch)
+
+
+def _replaced_tokens(api: Api, other: Api, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    checks: list[str] = []
+    real = api.srv.gateway.check_node
+    monkeypatch.setattr(api.srv.gateway, "check_node", lambda h, t: checks.append(h) or real(h, t))
+
+    def polled(node: dict[str, str]) -> int:
+        return int(api.client.post("/v1/agents/gpu-01/commands", json={}, headers=node).status_code)
+
+    old = api.register("gpu-01")
+    intruder = api.register("gpu-02")
+    assert polled(old) == 200 and checks == ["gpu-01"]  # verified once, on a worker
+    assert polled(old) == 200 and polled(old) == 200 and checks == ["gpu-01"]  # then from memory
+    assert polled(intruder) == 401 and checks == ["gpu-01"] * 2  # another node's token: checked, refused
+
+    other.node_tokens.update(api.node_tokens)
+    new = other.register("gpu-01")  # another replica gives gpu-01 a new token
+    clock.t += api.srv.settings.host_cache_s  # this replica's snapshot of the hashes is now due a reload
+    assert not api.srv.gateway.node_token_held("gpu-01", old["Authorization"].removeprefix("Bearer "))
+    assert polled(old) == 401
+    assert polled(new) == 200 and polled(new) == 200
+    checks.clear()
+
+    api.node_tokens.update(other.node_tokens)
+    newest = api.register("gpu-01")  # a new token here: the one before is refused at once
+    assert polled(new) == 401 and checks == ["gpu-01"]
+    assert polled(newest) == 200 and checks == ["gpu-01"] * 2
+    clock.t += api.srv.settings.host_cache_s  # once the snapshot holds the new hash, from memory again
+    assert polled(newest) == 200
+    checks.clear()
+    assert polled(newest) == 200 and checks == []
