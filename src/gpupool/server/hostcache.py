@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from gpupool.domain.states import JobState
 from gpupool.store import Store
+from gpupool.store.admin import NodeTuple, node_of
 from gpupool.store.commands import AgentCommand
 from gpupool.store.records import NodeRecord
 from gpupool.store.server_ops import Assignment, AssignmentRow, ServerOps, assignment_of
@@ -61,6 +62,7 @@ class HostCache:
         self._dirty: set[str] = set()  # jobs whose ranks changed here since the snapshot (see ``invalidate``)
         self._snap: _Snapshot | None = None
         self._made: dict[AssignmentRow, Assignment] = {}  # the rows read since the last reload (``_assignments``)
+        self._made_nodes: dict[str, tuple[NodeTuple, NodeRecord]] = {}  # the last reload's (``_nodes``)
         # job -> the host its assignments are on, or the hosts (a gang across hosts): what a patch re-reads. A host
         # name, not a set, for the many jobs on one host: a reload makes no container per job.
         self._job_hosts: dict[str, str | frozenset[str]] = {}
@@ -184,7 +186,7 @@ class HostCache:
     def _load(self, generation: int, now: float) -> _Snapshot:
         # The generation is taken before reading: a change committed during the read bumps it, so the
         # snapshot is reloaded again on the next beat rather than trusted.
-        nodes = {n.name: n for n in self._store.list_nodes()}
+        nodes = self._nodes(self._store.node_rows())
         by_host: dict[str, list[Assignment]] = {}
         job_hosts: dict[str, str | frozenset[str]] = {}
         made, self._made = self._made, {}
@@ -196,6 +198,20 @@ class HostCache:
         assignments = {h: tuple(v) for h, v in by_host.items()}
         self._job_hosts = job_hosts
         return _Snapshot(generation, now, nodes, assignments, hashes, commands)
+
+    def _nodes(self, rows: Iterable[NodeTuple]) -> dict[str, NodeRecord]:
+        """Each row's ``NodeRecord`` by name: the one the last reload made, when its row is unchanged (most are
+        between two flushes of the beats' times), as ``_assignments`` keeps ranks. Compared by name, then column
+        by column: no hash of a node's stored JSON per reload."""
+        made, self._made_nodes = self._made_nodes, {}
+        out = {}
+        for row in rows:
+            name = row[0]
+            was = made.get(name)
+            node = was[1] if was is not None and was[0] == row else node_of(row)
+            self._made_nodes[name] = (row, node)
+            out[name] = node
+        return out
 
     def _assignments(self, rows: Iterable[AssignmentRow], made: dict[AssignmentRow, Assignment]) -> list[Assignment]:
         """The ``Assignment`` of each row: the one made for the same row before if any (a whole reload at a

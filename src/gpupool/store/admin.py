@@ -7,8 +7,9 @@ audit event in the same transaction. Tokens are the store's too, in ``tokens``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import closing
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import bindparam, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -46,7 +47,7 @@ def _labels(text: str, source: str) -> dict[str, str]:
 
 
 class NodeColumns(Protocol):
-    """A node's stored columns: an ORM ``NodeRow`` or a Core row of its table (``list_nodes``)."""
+    """A node's stored columns, as an ORM ``NodeRow`` has them."""
 
     @property
     def name(self) -> str: ...
@@ -68,17 +69,27 @@ class NodeColumns(Protocol):
     def version(self) -> int: ...
 
 
+NodeTuple = tuple[Any, ...]  # a row of ``AdminMixin.node_rows``: the columns below, in their order
+_NODE_COLUMNS = "name, state, gpu_model, gpu_count, labels, admin_labels, health, last_heartbeat_s, version"
+
+
 def node_record(row: NodeColumns) -> NodeRecord:
-    state, health, labels, agent, admin = _node_parts(row.name, row.state, row.health, row.labels, row.admin_labels)
+    columns = (row.name, row.state, row.gpu_model, row.gpu_count, row.labels, row.admin_labels, row.health)
+    return node_of((*columns, row.last_heartbeat_s, row.version))
+
+
+def node_of(row: NodeTuple) -> NodeRecord:
+    name, state_text, gpu_model, gpu_count, labels_text, admin_text, health_text, last_heartbeat_s, version = row
+    state, health, labels, agent, admin = _node_parts(name, state_text, health_text, labels_text, admin_text)
     return NodeRecord(
-        name=row.name,
+        name=name,
         state=state,
-        gpu_model=row.gpu_model,
-        gpu_count=row.gpu_count,
+        gpu_model=gpu_model,
+        gpu_count=gpu_count,
         labels=labels,
         health=health,
-        last_heartbeat_s=row.last_heartbeat_s,
-        version=row.version,
+        last_heartbeat_s=last_heartbeat_s,
+        version=version,
         agent_labels=agent,
         admin_labels=admin,
     )
@@ -270,11 +281,17 @@ class AdminMixin(StoreBase):
             return node_record(self._node(s, name, lock=False))
 
     def list_nodes(self) -> list[NodeRecord]:
-        # Core rows of the table, not ORM entities: at a thousand nodes the ORM's per-row loading cost as much as
-        # the records' own parsing (the host cache reads every node once per ``host_cache_s``).
-        with self._core_tx(write=False) as conn:
-            rows = conn.execute(select(NodeRow.__table__).order_by(NodeRow.name)).all()
-        return [node_record(r) for r in rows]
+        return [node_of(r) for r in self.node_rows()]
+
+    def node_rows(self) -> list[NodeTuple]:
+        """Every node's row as read, by name (``node_of`` makes each one a ``NodeRecord``): the host cache keeps
+        the record of each row it read before and makes only the changed rows' ones."""
+        # On the DB-API cursor, not ORM entities nor Core rows: the host cache reads every node once per
+        # ``host_cache_s``, and at a thousand nodes the per-row loading cost as much as the records' parsing.
+        sql = f"SELECT {_NODE_COLUMNS} FROM {NodeRow.__tablename__} ORDER BY name"
+        with self._core_tx(write=False) as conn, closing(conn.connection.cursor()) as cur:
+            cur.execute(sql)
+            return [tuple(r) for r in cur.fetchall()]
 
     def _node(self, s: Session, name: str, *, lock: bool = True) -> NodeRow:
         row = s.get(NodeRow, name, with_for_update=lock and self._postgres)

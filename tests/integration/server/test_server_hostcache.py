@@ -212,6 +212,27 @@ def test_a_whole_reload_keeps_unchanged_ranks_and_reads_changed_ones_anew(
             assert l2["job_id"] == after2.job_id
 
 
+def test_a_whole_reload_keeps_unchanged_node_records_and_reads_changed_ones_anew(api: Api) -> None:
+    """A reload reuses the node record it made before for a row that did not change, and makes a new one for a row
+    changed behind the cache's back (as another replica would): a label, a beat's time, a drain."""
+    api.register("gpu-01"), api.register("gpu-02"), api.register("gpu-03")
+    hosts, store = api.srv.gateway._hosts, api.srv.store
+    hosts.invalidate()
+    before = {h: hosts.node(h) for h in ("gpu-01", "gpu-02", "gpu-03")}
+    store.set_node_labels("gpu-01", {"rack": "r7"}, [], "admin")
+    store.touch_nodes({"gpu-02": api.clock.t + 5})
+    hosts.invalidate()
+    after = {h: hosts.node(h) for h in ("gpu-01", "gpu-02", "gpu-03")}
+    assert after["gpu-03"] is before["gpu-03"]
+    assert after["gpu-01"] == store.get_node("gpu-01") and ("rack", "r7") in after["gpu-01"].labels
+    assert after["gpu-02"].last_heartbeat_s == api.clock.t + 5 != before["gpu-02"].last_heartbeat_s
+    store.drain_node("gpu-03", "maintenance", "admin")
+    hosts.invalidate()
+    assert hosts.node("gpu-03") == store.get_node("gpu-03") != before["gpu-03"]
+    assert hosts.node("gpu-01") is after["gpu-01"]
+    assert hosts.nodes() == store.list_nodes()
+
+
 def test_patches_of_a_gang_across_hosts_hold_what_a_whole_reload_reads(api: Api) -> None:
     """Each local change to a two-host gang (placed, one rank running, requeued by the watchdog when the other
     rank never ran) is a patch of the job, no whole reload, and after each the snapshot is what a fresh whole
