@@ -373,7 +373,6 @@ class AgentGateway:
         return RegisterRequest.model_validate(self._ops.agent(host).inventory)
 
     # -- workload states -> rank rows -> job states ----------------------------------------------------------
-    # -- workload states -> rank rows -> job states ----------------------------------------------------------
     def _reports(self, host: str, workloads: Sequence[WorkloadStatus]) -> Reports:
         """What of ``workloads`` must be stored (each rank's row; the job moves with it in the same transaction,
         ``Store.record_ranks``), and the ended ones settled without a write."""

@@ -505,11 +505,9 @@ class SchedulingLoop(StoreSync):
     def _quiet_past(self, nodes: Sequence[NodeRecord], now: float, limit: float) -> bool:
         """Whether any node may be ``_silent``: its quiet time (since its last beat or this leadership's start,
         whichever is later) past ``limit``. The longest quiet is that of the oldest beat."""
-        oldest = min(
-            (n.last_heartbeat_s for n in nodes if n.last_heartbeat_s is not None and n.state is not NodeState.LOST),
-            default=None,
-        )
-        return oldest is not None and now - max(oldest, self._leader_since or oldest) > limit
+        beating = [n for n in nodes if n.last_heartbeat_s is not None and n.state is not NodeState.LOST]
+        oldest = min(beating, key=self._since, default=None)
+        return oldest is not None and now - self._since(oldest) > limit
 
     def _since(self, n: NodeRecord) -> float:
         assert n.last_heartbeat_s is not None
