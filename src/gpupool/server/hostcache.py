@@ -28,8 +28,10 @@ import dataclasses
 import hashlib
 import hmac
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any, TypeVar
 
 from gpupool.domain.states import JobState
 from gpupool.store import Store
@@ -39,6 +41,10 @@ from gpupool.store.records import NodeRecord
 from gpupool.store.server_ops import Assignment, AssignmentRow, ServerOps, assignment_of
 
 _PATCH_CHUNK = 500  # job ids per query of a patch (SQLite's bound parameters are limited)
+_R = TypeVar("_R")
+# Records made from rows, by each row's key: the row they were made from and the record (``_reused``).
+_Made = dict[Hashable, tuple[tuple[Any, ...], _R]]
+_rank_key = itemgetter(0, 1, 2)  # an assignment row's job, assignment number and rank: its allocation's key
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +67,8 @@ class HostCache:
         self._generation = 0
         self._dirty: set[str] = set()  # jobs whose ranks changed here since the snapshot (see ``invalidate``)
         self._snap: _Snapshot | None = None
-        self._made: dict[AssignmentRow, Assignment] = {}  # the rows read since the last reload (``_assignments``)
-        self._made_nodes: dict[str, tuple[NodeTuple, NodeRecord]] = {}  # the last reload's (``_nodes``)
+        self._made: _Made[Assignment] = {}  # the ranks read since the last reload (``_assignments``)
+        self._made_nodes: _Made[NodeRecord] = {}  # the last reload's nodes (``_nodes``)
         # job -> the host its assignments are on, or the hosts (a gang across hosts): what a patch re-reads. A host
         # name, not a set, for the many jobs on one host: a reload makes no container per job.
         self._job_hosts: dict[str, str | frozenset[str]] = {}
@@ -204,27 +210,13 @@ class HostCache:
         between two flushes of the beats' times), as ``_assignments`` keeps ranks. Compared by name, then column
         by column: no hash of a node's stored JSON per reload."""
         made, self._made_nodes = self._made_nodes, {}
-        out = {}
-        for row in rows:
-            name = row[0]
-            was = made.get(name)
-            node = was[1] if was is not None and was[0] == row else node_of(row)
-            self._made_nodes[name] = (row, node)
-            out[name] = node
-        return out
+        return {n.name: n for n in _reused(rows, made, self._made_nodes, itemgetter(0), node_of)}
 
-    def _assignments(self, rows: Iterable[AssignmentRow], made: dict[AssignmentRow, Assignment]) -> list[Assignment]:
+    def _assignments(self, rows: Iterable[AssignmentRow], made: _Made[Assignment]) -> list[Assignment]:
         """The ``Assignment`` of each row: the one made for the same row before if any (a whole reload at a
         thousand hosts finds nearly every row unchanged), so unchanged hosts' tuples hold the very same objects
         and compare at once (``_hosts_to_wake``). Kept in ``_made`` for the next read (a reload starts it anew)."""
-        out = []
-        for row in rows:
-            a = made.get(row)
-            if a is None:
-                a = assignment_of(row)
-            self._made[row] = a
-            out.append(a)
-        return out
+        return _reused(rows, made, self._made, _rank_key, assignment_of)
 
     def _patch(self, snap: _Snapshot, jobs: set[str]) -> tuple[_Snapshot, set[str]]:
         """``snap`` with the assignments of ``jobs`` read again (one query); the rest, and its age, kept. With the
@@ -281,6 +273,25 @@ class HostCache:
         digest = hashlib.sha256(token.encode()).digest()
         with self._lock:
             self._tokens[host] = (digest, stored_hash, self._clock() + self._token_ttl_s)
+
+
+def _reused(
+    rows: Iterable[tuple[Any, ...]],
+    before: _Made[_R],
+    after: _Made[_R],
+    key: Callable[[tuple[Any, ...]], Hashable],
+    make: Callable[[tuple[Any, ...]], _R],
+) -> list[_R]:
+    """Each row's record: the one made before from an equal row of the same key (compared column by column), else
+    ``make(row)``; each kept in ``after`` (which may be ``before``) for the next read."""
+    out = []
+    for row in rows:
+        k = key(row)
+        was = before.get(k)
+        record = was[1] if was is not None and was[0] == row else make(row)
+        after[k] = (row, record)
+        out.append(record)
+    return out
 
 
 def _add_host(job_hosts: dict[str, str | frozenset[str]], job_id: str, host: str) -> None:
