@@ -16,7 +16,7 @@ from gpupool.server.feasible import SubmitCheck
 from gpupool.server.gateway import AgentGateway
 from gpupool.server.hostcache import HostCache
 from gpupool.server.leader import LeaderLease
-from gpupool.server.liveness import BeatWorkers, IntakeWatch, LastSeen
+from gpupool.server.liveness import BeatPace, BeatWorkers, IntakeWatch, LastSeen
 from gpupool.server.loop import SchedulingLoop
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.push import CommandPush, Doorbell, Refresher
@@ -82,6 +82,10 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
     # What heartbeats read (nodes, assignments, verified node tokens), in memory; every local write drops it.
     hosts = HostCache(store, ops, settings.host_cache_s, settings.auth_cache_s, clock)
     refresher = Refresher(hosts.refresh, bell, settings.host_cache_s)
+    # How often agents beat and when a silent node is lost, by the fleet's size (see ``liveness``).
+    pace = BeatPace(
+        settings.heartbeat_interval_s, settings.heartbeat_max_per_s, settings.node_lost_after_s, hosts.count, clock
+    )
     hosts.watch(refresher.kick, bell.ring)
     eta = StartProjector(store, fabrics, settings, clock)
     loop = SchedulingLoop(
@@ -91,13 +95,14 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
         settings,
         metrics,
         LeaderLease(store, settings.cluster_name, settings.lease_ttl_s, settings.lease_renew_s),
+        pace=pace,
         clock=clock,
         seen=seen,
         hosts=hosts,
         intake=intake,
         eta=eta.offer,
     )
-    gateway = AgentGateway(store, ops, fabrics, settings, loop.nudge, clock, seen, hosts, loop.live)
+    gateway = AgentGateway(store, ops, fabrics, settings, loop.nudge, clock, seen, hosts, loop.live, pace)
     metrics.watch_telemetry(gateway.telemetry, lambda: fabrics.current()[0])
     auth = Authenticator(store, settings.admin_token, settings.metrics_token)
     # The loop folds new jobs in without reading them back; two writers where transactions can overlap.

@@ -60,7 +60,7 @@ from gpupool.server.fabric_cache import FabricCache
 from gpupool.server.hostcache import HostCache
 from gpupool.server.labels import derived_labels
 from gpupool.server.live import LeafMap, LiveInbox, PortCounters, gpu_events, reasons
-from gpupool.server.liveness import LastSeen
+from gpupool.server.liveness import BeatPace, LastSeen
 from gpupool.server.rankbatch import Outcome, RankBatcher, Report
 from gpupool.server.settings import Settings
 from gpupool.server.telemetry import LiveTelemetry
@@ -124,13 +124,14 @@ class AgentGateway:
         seen: LastSeen,
         hosts: HostCache,
         live: LiveInbox,
+        pace: BeatPace,
     ) -> None:
         self._store, self._ops, self._fabrics, self._seen, self._hosts = store, ops, fabrics, seen, hosts
-        self._settings, self._wake, self._clock = settings, wake, clock
+        self._settings, self._wake, self._clock, self._pace = settings, wake, clock, pace
         self.telemetry = LiveTelemetry()  # the dashboard's live samples: one per host, in memory only
         # Heartbeats become the scheduler's events (``live``): per-leaf counters, and each host's HCA -> leaf.
         self._live = live
-        self._ports = PortCounters(stale_s=settings.node_lost_after_s)
+        self._ports = PortCounters(stale_s=pace.lost_after_s)
         self._leaves = LeafMap(fabrics.imported, self._inventory, settings.host_cache_s, clock)
         self._ignored: set[tuple[str, tuple[str, ...]]] = set()  # (host, unknown fields) already logged
         self._ranks = RankBatcher(store.record_ranks)  # rank reports of concurrent requests: one transaction
@@ -184,7 +185,7 @@ class AgentGateway:
             address=req.address or peer,
             inventory=req.model_dump(mode="json"),
             actor=by_whom,
-            live_within_s=self._settings.node_lost_after_s,
+            live_within_s=self._pace.lost_after_s(),
         )
         self._store.upsert_node(req.host, gpu_model=model, gpu_count=len(req.gpus), labels=labels, actor=by_whom)
         node = self._store.heartbeat(req.host, actor=by_whom)
@@ -198,7 +199,7 @@ class AgentGateway:
         now = self._clock()
         return RegisterReply(
             node_token=node_token,
-            heartbeat_interval_s=self._settings.heartbeat_interval_s,
+            heartbeat_interval_s=self._pace.interval_s(),
             server_time_s=now,
             command_wait_s=self._settings.command_wait_s,
         )
@@ -275,7 +276,7 @@ class AgentGateway:
         held = None if req.held is None else frozenset(req.held)
         return HeartbeatReply(
             commands=tuple(self.commands(host, req.workloads, req.executed, held) or ()),  # None: all held
-            heartbeat_interval_s=self._settings.heartbeat_interval_s,
+            heartbeat_interval_s=self._pace.interval_s(),
             server_time_s=self._clock(),
             acked=tuple(acked),
         )
@@ -421,7 +422,7 @@ class AgentGateway:
         only once it was built ``settle`` (two beats) after the stop, by the server's clock: the agent says
         which reply it had carried out (``seen_server_s``); for an older agent, the beat's arrival stands in."""
         listed = {w.assignment_id: w for w in workloads}
-        now, settle = self._clock(), 2 * self._settings.heartbeat_interval_s
+        now, settle = self._clock(), 2 * self._pace.interval_s()
         built_after = now if seen_server_s is None else seen_server_s
         gone = []
         for a in self._hosts.assignments(host):
@@ -444,7 +445,7 @@ class AgentGateway:
         agent launched it is never taken for its absence; the cached assignments filter first, so a beat of
         a node whose agent runs all its ranks reads nothing."""
         listed = {w.assignment_id for w in workloads}
-        now, after = self._clock(), self._settings.node_lost_after_s
+        now, after = self._clock(), self._pace.lost_after_s()
         overdue = [
             a
             for a in self._hosts.assignments(host)

@@ -237,9 +237,10 @@ class PortCounters:
     recomputing them walked 8,000 ports per beat).
     """
 
-    def __init__(self, stale_s: float) -> None:
+    def __init__(self, stale_s: float | Callable[[], float]) -> None:
         self._lock = threading.Lock()
-        self._stale_s = stale_s
+        # Fixed, or asked at each report (the server's: its node-lost timeout, which grows with the fleet).
+        self._stale_s = stale_s if callable(stale_s) else lambda: stale_s
         self._leaf_of: dict[tuple[str, str, int], str] = {}  # each port's leaf, as its last report placed it
         self._leaves: dict[str, _Leaf] = {}
 
@@ -266,7 +267,7 @@ class PortCounters:
 
     def _advance(self, leaf: str, at_s: float) -> list[Event]:
         st = self._leaves[leaf]
-        st.expire(at_s - self._stale_s)
+        st.expire(at_s - self._stale_s())
         out: list[Event] = []
         # A report no later than the leaf's last one would read as "no growth in no time" (congestion 0): the
         # rates it brought count from the next report on.

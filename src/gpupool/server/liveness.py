@@ -68,6 +68,44 @@ class LastSeen:
                 raise
 
 
+class BeatPace:
+    """How often agents beat, and how long a silent node has before it is lost, by the fleet's size.
+
+    As Nomad's servers pace their clients (``max_heartbeats_per_second``): past ``max_per_s x base_s`` nodes the
+    interval told to agents grows with the fleet, so the server takes at most ``max_per_s`` beats a second
+    whatever its size (at 50/s: 5 s up to 250 nodes, 20 s at 1,000); ``max_per_s`` 0 keeps ``base_s``. A node is
+    lost after ``lost_after_s`` or three intervals, whichever is longer. Agents adopt the interval from each
+    reply, so one told a longer interval may beat at it until its next reply: the longest interval told is kept
+    until two of it have passed, and a shrinking fleet judges no node on an interval it never told."""
+
+    def __init__(
+        self, base_s: float, max_per_s: float, lost_after_s: float, count: Callable[[], int], clock: Callable[[], float]
+    ) -> None:
+        self._base_s, self._max_per_s, self._lost_after_s = base_s, max_per_s, lost_after_s
+        self._count, self._clock = count, clock
+        self._lock = threading.Lock()
+        self._told, self._told_at = base_s, 0.0
+
+    def _for_fleet(self) -> float:
+        return self._base_s if self._max_per_s <= 0 else max(self._base_s, self._count() / self._max_per_s)
+
+    def interval_s(self) -> float:
+        """The interval to tell an agent now (a reply carries it)."""
+        interval, now = self._for_fleet(), self._clock()
+        with self._lock:
+            if interval >= self._told or now - self._told_at > 2 * self._told:
+                self._told, self._told_at = interval, now
+        return interval
+
+    def lost_after_s(self) -> float:
+        """How long a node may be silent before it is lost (of the server's own progress)."""
+        interval, now = self._for_fleet(), self._clock()
+        with self._lock:
+            if now - self._told_at <= 2 * self._told:
+                interval = max(interval, self._told)
+        return max(self._lost_after_s, 3 * interval)
+
+
 class IntakeWatch:
     """How long the heartbeat intake stood still: time that a node's silence is not charged with.
 

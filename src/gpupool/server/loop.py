@@ -51,7 +51,7 @@ from gpupool.server.hostcache import HostCache
 from gpupool.server.journal import Journal, NoJournal
 from gpupool.server.leader import LeaderLease
 from gpupool.server.live import HeldFacts, LiveInbox, jobs_on, requeue_reason
-from gpupool.server.liveness import IntakeWatch, LastSeen
+from gpupool.server.liveness import BeatPace, IntakeWatch, LastSeen
 from gpupool.server.metrics import ServerMetrics
 from gpupool.server.reasons import StoredReasons
 from gpupool.server.settings import Settings
@@ -94,6 +94,7 @@ class SchedulingLoop(StoreSync):
         metrics: ServerMetrics,
         leader: LeaderLease,
         *,
+        pace: BeatPace,
         clock: Callable[[], float] = time.time,
         seen: LastSeen | None = None,
         hosts: HostCache | None = None,
@@ -107,6 +108,7 @@ class SchedulingLoop(StoreSync):
         self._seen = seen
         self._hosts = hosts  # the gateway's view of nodes and assignments: dropped whenever this loop writes
         self._intake = intake  # the heartbeat intake's stalls: not counted against a node's silence
+        self._pace = pace  # how long a silent node has before it is lost, by the fleet's size
         # When this process last became the leader: a node is judged silent only after a full lost-timeout
         # of our leadership, so a standby taking over (whose predecessor may have held beats unflushed in
         # memory) does not mark every node lost at once.
@@ -468,7 +470,7 @@ class SchedulingLoop(StoreSync):
         now = self._clock()
         if self._leader_since is None:
             self._leader_since = now
-        limit = self._settings.node_lost_after_s
+        limit = self._pace.lost_after_s()
         # From the host cache when there is one (at most ``host_cache_s`` old; this process's own node writes are
         # in it at once): a node that looks silent there is judged on a fresh read of the store, its beats held
         # in memory flushed first, and only through a versioned write.

@@ -50,6 +50,10 @@ class Settings:
     port: int = 8765
     admin_token: str = field(default="", repr=False)
     heartbeat_interval_s: float = 5.0
+    # A larger fleet is told a longer interval, so that the server takes at most this many beats a second (Nomad's
+    # max_heartbeats_per_second); a node is then lost after three intervals if that is past node_lost_after_s
+    # (server/liveness.py, BeatPace). 0: every fleet beats at heartbeat_interval_s.
+    heartbeat_max_per_s: float = 50.0
     # An agent's commands long-poll is held open at most this long; a launch, stop or checkpoint signal answers
     # it as soon as it is committed. 0: no push, commands ride heartbeat replies only.
     command_wait_s: float = 20.0
@@ -302,8 +306,9 @@ def _door_problems(s: Settings) -> list[tuple[str, str]]:
     out += [
         (n, f"{getattr(s, n)!r} is negative") for n in ("limit_concurrency", "auth_fail_burst") if getattr(s, n) < 0
     ]
-    if s.auth_fail_per_s < 0:
-        out.append(("auth_fail_per_s", f"{s.auth_fail_per_s!r} is negative"))
+    for name in ("auth_fail_per_s", "heartbeat_max_per_s"):
+        if getattr(s, name) < 0:
+            out.append((name, f"{getattr(s, name)!r} is negative"))
     if s.max_admin_body_bytes < s.max_body_bytes:
         out.append(("max_admin_body_bytes", f"{s.max_admin_body_bytes!r} is below max_body_bytes ({s.max_body_bytes})"))
     for name in ("backlog", "max_open_files", "log_fetches"):

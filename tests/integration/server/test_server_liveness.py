@@ -4,9 +4,10 @@ beating node is ever judged lost; a new leader gives every node a full lost-time
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import anyio.to_thread
-from server_api_helpers import Api
+from server_api_helpers import Api, Clock, make_api
 
 
 def stored_beat(api: Api, host: str) -> float | None:
@@ -116,3 +117,39 @@ def test_a_beat_is_answered_while_every_api_thread_is_taken(api: Api) -> None:
         portal.call(give_back)
         waiting.join(20)
     assert listed == [200]
+
+
+def _told_interval(api: Api, host: str, node: dict[str, str]) -> float:
+    body = {"seq": 1, "at_s": api.clock.t, "workloads": []}
+    r = api.client.post(f"/v1/agents/{host}/heartbeat", json=body, headers=node)
+    assert r.status_code == 200, r.text
+    return float(r.json()["heartbeat_interval_s"])
+
+
+def test_a_larger_fleet_is_told_to_beat_less_often_and_is_lost_later(db_url: str, tmp_path: Path) -> None:
+    """Past heartbeat_max_per_s x heartbeat_interval_s nodes, agents are told a longer interval (beats a second
+    stay at the cap), and a node is lost after three of those intervals, not node_lost_after_s (30 s)."""
+    for api in make_api(db_url, tmp_path, Clock(), heartbeat_interval_s=5.0, heartbeat_max_per_s=0.2):
+        nodes = {h: api.register(h) for h in ("gpu-01", "gpu-02", "gpu-03")}
+        api.srv.loop.run_cycle()  # leading from now: silence counts from here
+        # 3 nodes at 0.2 beats a second: every 15 s; lost after max(30, 3 x 15) = 45 s.
+        assert {_told_interval(api, h, n) for h, n in nodes.items()} == {15.0}
+        api.clock.t += 40  # past 30 s, within three intervals
+        api.srv.loop.run_cycle()
+        assert {n.state.value for n in api.srv.store.list_nodes()} == {"up"}
+        api.beat("gpu-01", nodes["gpu-01"])
+        api.clock.t += 6  # the others: 46 s silent
+        api.srv.loop.run_cycle()
+        states = {n.name: n.state.value for n in api.srv.store.list_nodes()}
+        assert states == {"gpu-01": "up", "gpu-02": "lost", "gpu-03": "lost"}
+
+
+def test_a_fleet_under_the_cap_beats_at_the_interval_set(db_url: str, tmp_path: Path) -> None:
+    """heartbeat_max_per_s 0 (or a fleet under the cap) keeps heartbeat_interval_s and node_lost_after_s."""
+    for api in make_api(db_url, tmp_path, Clock(), heartbeat_interval_s=5.0, heartbeat_max_per_s=0.0):
+        nodes = {h: api.register(h) for h in ("gpu-01", "gpu-02", "gpu-03")}
+        api.srv.loop.run_cycle()  # leading from now: silence counts from here
+        assert {_told_interval(api, h, n) for h, n in nodes.items()} == {5.0}
+        api.clock.t += 31
+        api.srv.loop.run_cycle()
+        assert {n.state.value for n in api.srv.store.list_nodes()} == {"lost"}

@@ -70,6 +70,7 @@ def test_an_unknown_policy_or_placer_is_refused_before_the_store_is_opened(tmp_p
         ({"GPUPOOL_MAX_ADMIN_BODY_BYTES": "10"}, "'max_admin_body_bytes': 10 is below max_body_bytes"),
         ({"GPUPOOL_HEADER_TIMEOUT_S": "-1"}, "'header_timeout_s': -1.0 must be above 0"),
         ({"GPUPOOL_AUTH_FAIL_PER_S": "-0.5"}, "'auth_fail_per_s': -0.5 is negative"),
+        ({"GPUPOOL_HEARTBEAT_MAX_PER_S": "-1"}, "'heartbeat_max_per_s': -1.0 is negative"),
         ({"GPUPOOL_BACKLOG": "0"}, "'backlog': 0 must be at least 1"),
         ({"GPUPOOL_GC_THRESHOLDS": "20000,0,20"}, r"'gc_thresholds': \[20000, 0, 20\]: each must be at least 1"),
     ],
