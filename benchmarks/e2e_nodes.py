@@ -5,8 +5,9 @@ protocol v1 as ``agent/daemon.py`` does, without a process per node or per workl
 kept open (``/v1/agents/{host}/commands``); each launch it is told "runs" at once (a report of ``running``
 sent, its answer noted as the launch acknowledged) and ends ``E2E_DURATION_S`` later (a report of
 ``exited 0``, repeated on heartbeats until one acknowledges it); a stop ends it with -15; a heartbeat every
-``heartbeat_interval_s`` with 8 GPU samples, what it runs and the commands it holds from its poll (``held``,
-as the agent sends it: the reply then brings only what is new). Prints ``ready`` once every host is registered,
+``heartbeat_interval_s`` (as the latest registration or beat reply told it, as the agent adopts it) with 8
+GPU samples, what it runs and the commands it holds from its poll (``held``, as the agent sends it: the reply
+then brings only what is new). Prints ``ready`` once every host is registered,
 runs until its stdin closes (or ``--max-s``), then writes one JSON line per launched rank to ``--out``.
 
 ``submit``: an open-loop stream of job arrays (the bulk submit: one ``POST /v1/jobs`` with ``array`` per shape
@@ -110,6 +111,7 @@ class Node:
     held: list[str] = field(default_factory=list)
     outbox: list[dict[str, Any]] = field(default_factory=list)
     seen_server_s: float | None = None
+    interval_s: float = 5.0  # as the server last told it
 
     def listed(self) -> list[dict[str, Any]]:
         return [*self.running.values(), *self.ended.values()]
@@ -118,8 +120,8 @@ class Node:
 class Fleet:
     """The nodes of one process, their long-polls, beats and reports."""
 
-    def __init__(self, port: int, hosts: list[str], interval_s: float, pool: int, rng: np.random.Generator) -> None:
-        self.port, self.interval_s, self.rng = port, interval_s, rng
+    def __init__(self, port: int, hosts: list[str], pool: int, rng: np.random.Generator) -> None:
+        self.port, self.rng = port, rng
         self.nodes = [Node(h) for h in hosts]
         self.pool = Pool(port, pool)
         self.stats = Stats()
@@ -148,7 +150,7 @@ class Fleet:
                 raise RuntimeError(f"register {node.host}: {status} {data[:200]!r}")
             reply = json.loads(data)
             node.token = reply["node_token"]
-            self.interval_s = float(reply["heartbeat_interval_s"])
+            node.interval_s = float(reply["heartbeat_interval_s"])
             tasks.extend((asyncio.ensure_future(self.poll(node)), asyncio.ensure_future(self.beats(node))))
 
         await asyncio.gather(*(one(n) for n in self.nodes))
@@ -233,7 +235,7 @@ class Fleet:
 
     # -- heartbeats ----------------------------------------------------------------------------------------
     async def beats(self, node: Node) -> None:
-        await asyncio.sleep(float(self.rng.uniform(0, self.interval_s)))  # spread the fleet's beats over the interval
+        await asyncio.sleep(float(self.rng.uniform(0, node.interval_s)))  # spread the fleet's beats over the interval
         seq = 0
         while not self.stop.is_set():
             started = time.monotonic()
@@ -256,16 +258,18 @@ class Fleet:
                     node.ended.pop(aid, None)
                 for c in reply["commands"]:
                     self.execute(node, c)
+                if reply["heartbeat_interval_s"] > 0:
+                    node.interval_s = float(reply["heartbeat_interval_s"])
             else:
                 self.stats.errors += 1
-            left = self.interval_s - (time.monotonic() - started)
+            left = node.interval_s - (time.monotonic() - started)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), max(0.0, left))
 
 
 async def run_nodes(args: argparse.Namespace) -> None:
     hosts = [line for line in Path(args.hosts).read_text().split() if line]
-    fleet = Fleet(args.port, hosts, 5.0, args.pool, np.random.default_rng(len(hosts)))
+    fleet = Fleet(args.port, hosts, args.pool, np.random.default_rng(len(hosts)))
     tasks = await fleet.register(args.join)
     print("ready", flush=True)
     progress = Path(args.out + ".progress")
