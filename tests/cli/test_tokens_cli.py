@@ -15,6 +15,8 @@ from cli_server import ADMIN, cli_server, run
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with cli_server(tmp_path_factory.mktemp("srv")) as url:
+        # The tenant every test names, made here: tests of one module may run in any order, on any worker.
+        assert run(url, ADMIN, "admin", "tenants", "create", "acme")[0] == 0
         yield url
 
 
@@ -25,7 +27,6 @@ def _tokens(url: str) -> list[dict[str, object]]:
 
 
 def test_create_list_use_and_revoke_an_api_token(server_url: str) -> None:
-    assert run(server_url, ADMIN, "admin", "tenants", "create", "acme")[0] == 0
     code, out, err = run(
         server_url, ADMIN, "admin", "tokens", "create", "--tenant", "acme", "--expires-in", "1h", "--note", "ci"
     )
