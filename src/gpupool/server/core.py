@@ -114,7 +114,7 @@ def build_server(settings: Settings, *, clock: Callable[[], float] = time.time) 
         max_pending_per_tenant=settings.max_pending_per_tenant,
         retry_s=settings.store_retry_s,
     )
-    fits = SubmitCheck(store.list_nodes, lambda: defined_pools(store), settings.host_cache_s, clock)
+    fits = SubmitCheck(hosts.nodes, store.list_nodes, lambda: defined_pools(store), settings.host_cache_s, clock)
     beats = BeatWorkers(settings.heartbeat_workers, intake)
     push = CommandPush(gateway.commands, bell, refresher, beats, settings.command_wait_s, clock)
     queue = QueueOrder(lambda: loop.last_run, settings.scheduler.policy)

@@ -56,8 +56,16 @@ class Facts:
 
 
 def facts(nodes: Iterable[NodeRecord], pools: Iterable[str]) -> Facts:
-    listed = tuple(NodeFacts(n.name, n.gpu_model, n.gpu_count, frozenset(n.labels)) for n in nodes)
-    return Facts(listed, frozenset(pools), tuple(sorted(Counter(n.gpus for n in listed).items())))
+    listed = tuple(_node_facts(n) for n in nodes)
+    return Facts(listed, frozenset(pools), _sizes(listed))
+
+
+def _sizes(nodes: Iterable[NodeFacts]) -> tuple[tuple[int, int], ...]:
+    return tuple(sorted(Counter(n.gpus for n in nodes).items()))
+
+
+def _node_facts(n: NodeRecord) -> NodeFacts:
+    return NodeFacts(n.name, n.gpu_model, n.gpu_count, frozenset(n.labels))
 
 
 def _gpus(n: int) -> str:
@@ -87,7 +95,7 @@ def never_runs(job: JobSpec, known: Facts) -> GpupoolError | None:
     if not known.nodes:
         return None
     constrained = bool(job.gpu_models or wanted)
-    sizes = tuple(sorted(Counter(n.gpus for n in matching).items())) if constrained else known.sizes
+    sizes = _sizes(matching) if constrained else known.sizes
     where = " with the requested GPU model and labels" if constrained else ""
     largest = max((gpus for gpus, _ in sizes), default=0)
     if job.share is not None:
@@ -110,27 +118,35 @@ def never_runs(job: JobSpec, known: Facts) -> GpupoolError | None:
 
 
 class SubmitCheck:
-    """The cached facts and the check (thread-safe). ``nodes`` and ``pools`` read the store."""
+    """The cached facts and the check (thread-safe). ``recent`` reads the nodes as the host cache holds them (at
+    most ``host_cache_s`` old, this replica's own changes in at once), ``fresh`` reads them from the store, and
+    ``pools`` reads the defined pools."""
 
     def __init__(
         self,
-        nodes: Callable[[], Sequence[NodeRecord]],
+        recent: Callable[[], Sequence[NodeRecord]],
+        fresh: Callable[[], Sequence[NodeRecord]],
         pools: Callable[[], Iterable[str]],
         ttl_s: float,
         clock: Callable[[], float],
     ) -> None:
-        self._nodes, self._pools, self._ttl_s, self._clock = nodes, pools, ttl_s, clock
+        self._recent, self._fresh, self._pools, self._ttl_s, self._clock = recent, fresh, pools, ttl_s, clock
         self._lock = threading.Lock()
-        self._reading = threading.Lock()  # one read of the store at a time (``check``)
+        self._reading = threading.Lock()  # one read at a time (``check``)
         self._known: Facts | None = None
         self._at = 0.0
         self._epoch = 0  # bumped by ``invalidate``: a read begun before it is not kept
+        self._removed = False  # since the last fresh read: the host cache may not show it yet
+        # Each record's facts, by the record's identity: the host cache hands back the same record for a node
+        # whose row did not change, so the facts of a thousand nodes are not made again every ``ttl_s``.
+        self._made: dict[int, tuple[NodeRecord, NodeFacts]] = {}
 
     def invalidate(self) -> None:
         """Labels, nodes or pools were removed here: a cached fact must not let in a job nothing can run."""
         with self._lock:
             self._known = None
             self._epoch += 1
+            self._removed = True
 
     def cached_ok(self, job: JobSpec) -> bool:
         """Whether the cached facts, if fresh, let ``job`` in (no store read; False when none are cached)."""
@@ -139,23 +155,46 @@ class SubmitCheck:
         return known is not None and fresh and never_runs(job, known) is None
 
     def check(self, job: JobSpec) -> None:
-        """Raise why ``job`` can never run, from a fresh read of the store (call it off the event loop).
+        """Raise why ``job`` can never run (call it off the event loop). Let in by the facts kept (if younger than
+        ``ttl_s``) or by the host cache's (unless something was removed here since the last fresh read: the host
+        cache may not show that yet); refused only on a fresh read of the store, so a node, label or pool added a
+        moment ago on any replica never refuses a job.
 
         One read at a time: the submits that found the facts stale together wait for one read and are let in
         by what it read (as ``cached_ok`` would have let them in after it); a job those facts refuse is judged
-        on a read of its own. At a thousand nodes a read costs tens of milliseconds, and every submit stream
-        found them stale at once each ``ttl_s``."""
+        on a read of its own. Every submit stream finds them stale at once each ``ttl_s``."""
         with self._reading:
             if self.cached_ok(job):
                 return
             with self._lock:
-                epoch = self._epoch
-            now = self._clock()
-            known = facts(self._nodes(), self._pools())
-            with self._lock:
-                if self._epoch == epoch:  # else something was removed meanwhile: this read may not show it
-                    # No node yet: not kept, so the first nodes to register count at the next submit, not a ttl later.
-                    self._known, self._at = (known if known.nodes else None), now
-        err = never_runs(job, known)
+                recent = not self._removed and (self._known is None or self._clock() - self._at >= self._ttl_s)
+            if recent and never_runs(job, self._read(self._recent)) is None:
+                return
+            err = never_runs(job, self._read(self._fresh))
         if err is not None:
             raise err
+
+    def _read(self, nodes: Callable[[], Sequence[NodeRecord]]) -> Facts:
+        """The facts of ``nodes()`` and the pools, kept unless something was removed meanwhile."""
+        with self._lock:
+            epoch = self._epoch
+        now = self._clock()
+        listed = self._facts_of(nodes())
+        known = Facts(listed, frozenset(self._pools()), _sizes(listed))
+        with self._lock:
+            if self._epoch == epoch:  # else something was removed meanwhile: this read may not show it
+                # No node yet: not kept, so the first nodes to register count at the next submit, not a ttl later.
+                self._known, self._at = (known if known.nodes else None), now
+                self._removed = self._removed and nodes is not self._fresh
+        return known
+
+    def _facts_of(self, nodes: Sequence[NodeRecord]) -> tuple[NodeFacts, ...]:
+        made: dict[int, tuple[NodeRecord, NodeFacts]] = {}
+        out = []
+        for n in nodes:
+            kept = self._made.get(id(n))
+            f = kept[1] if kept is not None and kept[0] is n else _node_facts(n)
+            made[id(n)] = (n, f)
+            out.append(f)
+        self._made = made
+        return tuple(out)

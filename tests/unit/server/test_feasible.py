@@ -12,6 +12,7 @@ from gpupool.domain.events import HealthGrade
 from gpupool.domain.jobs import GpuShare, JobSpec, Scaling
 from gpupool.domain.states import NodeState
 from gpupool.server.feasible import SubmitCheck, UnschedulableError, facts, never_runs
+from gpupool.server.labels import NoMatchingNodesError
 from gpupool.store.records import NodeRecord
 
 
@@ -91,7 +92,7 @@ def _checks(fits: SubmitCheck, jobs: list[JobSpec]) -> tuple[list[threading.Thre
 
 def test_submits_that_find_the_facts_stale_together_share_one_read_and_a_refusal_reads_its_own() -> None:
     reads, clock = _SlowReads(), [0.0]
-    fits = SubmitCheck(reads, lambda: (), 1.0, lambda: clock[0])
+    fits = SubmitCheck(reads, reads, lambda: (), 1.0, lambda: clock[0])
     threads, out = _checks(fits, [JobSpec(f"j{i}") for i in range(5)])
     assert reads.entered.wait(30)
     reads.go.set()
@@ -105,10 +106,68 @@ def test_submits_that_find_the_facts_stale_together_share_one_read_and_a_refusal
 
 def test_a_read_begun_before_an_invalidation_is_not_kept() -> None:
     reads, clock = _SlowReads(), [0.0]
-    fits = SubmitCheck(reads, lambda: (), 1.0, lambda: clock[0])
+    fits = SubmitCheck(reads, reads, lambda: (), 1.0, lambda: clock[0])
     threads, out = _checks(fits, [JobSpec("j")])
     assert reads.entered.wait(30)
     fits.invalidate()  # a node removed while the read was under way
     reads.go.set()
     threads[0].join(30)
     assert out == [None] and not fits.cached_ok(JobSpec("j"))
+
+
+class _Reads:
+    """A node read that counts its calls and returns what ``nodes`` holds then."""
+
+    def __init__(self, nodes: list[NodeRecord]) -> None:
+        self.nodes, self.reads = nodes, 0
+
+    def __call__(self) -> list[NodeRecord]:
+        self.reads += 1
+        return list(self.nodes)
+
+
+def test_the_host_caches_nodes_let_a_job_in_and_only_the_stores_refuse_one() -> None:
+    """A node registered a moment ago on another replica is in the store, not yet in this host cache: a job only
+    it can hold is let in on the store's read; a job nothing can hold is refused on the store's read too."""
+    recent, fresh, clock = _Reads(NODES), _Reads([*NODES, node("d", 16)]), [0.0]
+    fits = SubmitCheck(recent, fresh, lambda: (), 1.0, lambda: clock[0])
+    fits.check(JobSpec("small"))
+    assert (recent.reads, fresh.reads) == (1, 0)  # let in by the host cache's nodes: no store read
+    fits.check(JobSpec("big", gpus_per_task=16))
+    assert (recent.reads, fresh.reads) == (1, 1)  # the cached facts refuse it: judged on the store's read
+    with pytest.raises(UnschedulableError, match="largest registered node has 16"):
+        fits.check(JobSpec("huge", gpus_per_task=32))
+    assert fresh.reads == 2
+
+
+def test_the_facts_of_an_unchanged_node_record_are_made_once() -> None:
+    """The host cache hands back the same record for a node whose row did not change: its facts are kept; a
+    changed node's new record gets new facts (its labels count at once)."""
+    nodes = list(NODES)
+    recent, clock = _Reads(nodes), [0.0]
+    fits = SubmitCheck(recent, recent, lambda: (), 1.0, lambda: clock[0])
+    first = fits._read(recent)
+    recent.nodes[2] = node("c", 4, "A100", zone="z")
+    clock[0] = 2.0
+    second = fits._read(recent)
+    assert [a is b for a, b in zip(first.nodes, second.nodes, strict=True)] == [True, True, False]
+    assert second.nodes[2].labels == frozenset({("zone", "z")})
+    with pytest.raises(NoMatchingNodesError):
+        fits.check(JobSpec("x", node_selector=(("zone", "q"),)))
+    fits.check(JobSpec("x", node_selector=(("zone", "z"),)))  # the changed node's new label lets it in
+
+
+def test_after_a_removal_here_the_next_check_reads_the_store_not_the_host_cache() -> None:
+    """A label removed on this replica may still show in the host cache: until a fresh read, jobs are judged on
+    the store's nodes, so one only the removed label matched is refused."""
+    recent, fresh, clock = _Reads(NODES), _Reads([node("a", 8), node("b", 8), node("c", 4, "A100")]), [0.0]
+    fits = SubmitCheck(recent, fresh, lambda: (), 1.0, lambda: clock[0])
+    fits.check(JobSpec("x", node_selector=(("zone", "x"),)))
+    assert (recent.reads, fresh.reads) == (1, 0)
+    fits.invalidate()  # zone removed from every node here
+    with pytest.raises(NoMatchingNodesError):
+        fits.check(JobSpec("x", node_selector=(("zone", "x"),)))
+    assert (recent.reads, fresh.reads) == (1, 1)
+    clock[0] = 2.0  # past the ttl, after the fresh read: the host cache serves again
+    fits.check(JobSpec("small"))
+    assert (recent.reads, fresh.reads) == (2, 1)
