@@ -6,6 +6,7 @@ time nor their size. ``DoorHttp`` adds both: a connection whose next request lin
 within ``header_timeout_s`` is closed, and one whose headers pass ``max_header_bytes`` gets a 431 and is
 closed. Idle and slow connections then cost a file descriptor for seconds, and the process raises its soft
 ``RLIMIT_NOFILE`` to ``max_open_files`` at start, so a thousand of them do not stop it accepting more.
+A response goes out in one write (one send), its status line and headers with its body (see ``_Lingering``).
 """
 
 from __future__ import annotations
@@ -26,28 +27,100 @@ SHUTDOWN_GRACE_S = 3  # seconds in-flight requests get to finish once the server
 
 
 LINGER_S = 2.0  # a refused body's sender gets this long to read the answer before the connection is reset
+HOLD_BYTES = 64 << 10  # written bytes held for one event-loop pass at most; past this they go out at once
 
 
 class _Lingering:
-    """The connection's transport as uvicorn's request cycles see it, with a lingering close: closed while the
-    client is still sending a body the server refused (a 413 from the headers alone), a socket resets and the
-    client may never read the answer. Instead the answer is followed by a FIN, what the client still sends is
-    read and dropped for up to ``LINGER_S``, and only then is the connection closed."""
+    """The connection's transport as uvicorn's request cycles see it, with one send per response and a
+    lingering close.
+
+    One send: uvicorn writes a response's status line and headers, then its body, each with its own
+    ``transport.write`` (a send system call each). What is written in one pass of the event loop is held and
+    handed to the transport as one write: when the response is complete (``flush`` from the protocol), at the
+    end of the pass otherwise (a streamed body's chunks, a 100 Continue), and before a close or an end of
+    stream. A write that would take what is held past ``HOLD_BYTES`` goes out at once, after what is held:
+    a large body is never held or copied. The transport's own flow control (``pause_writing`` past its
+    high-water mark) sees every byte within the same pass.
+
+    Lingering close: closed while the client is still sending a body the server refused (a 413 from the
+    headers alone), a socket resets and the client may never read the answer. Instead the answer is followed
+    by a FIN, what the client still sends is read and dropped for up to ``LINGER_S``, and only then is the
+    connection closed."""
 
     def __init__(self, inner: asyncio.Transport, protocol: DoorHttp) -> None:
         self._inner = inner
         self._protocol = protocol
         self.lingering = False
+        self._held: list[bytes] = []
+        self._held_bytes = 0
+        self._flush_due = False
+        self._open = True  # False once closed, ended or lost: then writes go straight to the transport
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._open:
+            self._inner.write(data)  # whatever the transport makes of a write after its end
+            return
+        if not data:
+            return
+        if self._held_bytes + len(data) > HOLD_BYTES:
+            self.flush()  # what is held goes first, then this, uncopied
+            self._inner.write(data)
+            return
+        self._held.append(bytes(data))  # bytes as they are now (a no-op for bytes)
+        self._held_bytes += len(data)
+        if not self._flush_due:
+            self._flush_due = True
+            self._protocol.loop.call_soon(self._end_of_pass)
+
+    def writelines(self, data: Any) -> None:
+        for chunk in data:
+            self.write(chunk)
+
+    def _end_of_pass(self) -> None:
+        self._flush_due = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Hand what is held to the transport, as one write."""
+        held = self._held
+        if held:
+            self._held = []
+            self._held_bytes = 0
+            self._inner.write(held[0] if len(held) == 1 else b"".join(held))
+
+    def lost(self) -> None:
+        """The connection is gone: what is held has nowhere to go."""
+        self._open = False
+        self._held = []
+        self._held_bytes = 0
+
+    def get_write_buffer_size(self) -> int:
+        return self._inner.get_write_buffer_size() + self._held_bytes
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._inner.get_extra_info(name, default)
+
     def is_closing(self) -> bool:
         return self.lingering or self._inner.is_closing()
+
+    def write_eof(self) -> None:
+        if self._open:
+            self.flush()
+            self._open = False
+        self._inner.write_eof()
+
+    def abort(self) -> None:
+        self.lost()
+        self._inner.abort()
 
     def close(self) -> None:
         if self.lingering or self._inner.is_closing():
             return
+        self.flush()
+        self._open = False
         if not self._protocol.body_pending or not self._inner.can_write_eof():
             self._inner.close()
             return
@@ -63,6 +136,9 @@ class DoorHttp(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # The next request's line and headers are due by _head_due (None: not waited for). One timer serves
+        # many requests: when it fires early (the deadline moved on since), it is set again for the new one.
+        self._head_due: float | None = None
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0  # bytes received while the current request's headers are incomplete
         self.body_pending = False  # a request's headers are in and its body is not
@@ -74,24 +150,31 @@ class DoorHttp(HttpToolsProtocol):
 
     def _arm(self) -> None:
         self._head_bytes = 0
-        self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timeout)
+        self._head_due = self.loop.time() + self.header_timeout_s
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_at(self._head_due, self._head_timeout)
 
     def _disarm(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        self._head_due = None
 
     def _head_timeout(self) -> None:
         self._head_timer = None
+        due = self._head_due
+        if due is None:
+            return
+        if due > self.loop.time():
+            self._head_timer = self.loop.call_at(due, self._head_timeout)
+            return
+        self._head_due = None
         if (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing():
             self.transport.close()  # no request in flight: an idle or slow connection
 
     def data_received(self, data: bytes) -> None:
         if isinstance(self.transport, _Lingering) and self.transport.lingering:
             return  # the rest of a refused body: dropped unread
-        waiting = self._head_timer is not None
+        waiting = self._head_due is not None
         super().data_received(data)
-        if waiting and self._head_timer is not None and not self.transport.is_closing():
+        if waiting and self._head_due is not None and not self.transport.is_closing():
             self._head_bytes += len(data)  # the headers are still incomplete: all of it was head
             if self._head_bytes > self.max_header_bytes:
                 self._disarm()
@@ -113,14 +196,19 @@ class DoorHttp(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        self.transport.flush()  # type: ignore[attr-defined]  # the whole response, as one write
         idle = not self.pipeline  # else the next request's headers are in already
         super().on_response_complete()
         if idle and not self.transport.is_closing():
-            self._disarm()
             self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        if isinstance(self.transport, _Lingering):
+            self.transport.lost()
         super().connection_lost(exc)
 
 
