@@ -201,19 +201,28 @@ def _send_quietly(s: socket.socket, size: int) -> None:
 
 
 def test_the_header_timeout_counts_from_the_last_answer() -> None:
-    with serving() as (port, _), socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        f = s.makefile("rb")
-        # Requests paced past several header timeouts since the connection opened: each in time, each answered.
-        start = time.monotonic()
-        for i in range(8):
-            s.sendall(_get(f"/echo/{i}"))
-            assert _response(f)[2] == f"/echo/{i}".encode()
+    with serving() as (port, _):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            f = s.makefile("rb")
+            # Requests paced past several header timeouts since the connection opened: each in time, answered.
+            start = time.monotonic()
+            for i in range(8):
+                s.sendall(_get(f"/echo/{i}"))
+                assert _response(f)[2] == f"/echo/{i}".encode()
+                time.sleep(0.3 * HEAD_TIMEOUT_S)
+            assert time.monotonic() - start > 2 * HEAD_TIMEOUT_S
+            _closed_after_one_timeout(s, f)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            # One request well into the first wait: the wait then starts over from its answer, and still ends.
             time.sleep(0.3 * HEAD_TIMEOUT_S)
-        assert time.monotonic() - start > 2 * HEAD_TIMEOUT_S
-        asked = time.monotonic()  # the server's wait for the next headers starts after this
-        s.sendall(_get("/echo/last"))
-        assert _response(f)[2] == b"/echo/last"
-        # Then idle: closed once the next request's headers are overdue, not before.
-        assert f.read(1) == b""
-        idle_s = time.monotonic() - asked
-        assert HEAD_TIMEOUT_S <= idle_s < HEAD_TIMEOUT_S + 5, idle_s
+            _closed_after_one_timeout(s, s.makefile("rb"))
+
+
+def _closed_after_one_timeout(s: socket.socket, f: BinaryIO) -> None:
+    """A request answered, then the connection left idle: closed once the next headers are overdue, not before."""
+    asked = time.monotonic()  # the server's wait for the next headers starts after this
+    s.sendall(_get("/echo/last"))
+    assert _response(f)[2] == b"/echo/last"
+    assert f.read(1) == b""
+    idle_s = time.monotonic() - asked
+    assert HEAD_TIMEOUT_S <= idle_s < HEAD_TIMEOUT_S + 5, idle_s
