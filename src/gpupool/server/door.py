@@ -228,9 +228,13 @@ class AuthFailures:
             await self.app(scope, receive, send)
             return
         token = b"t:" + hashlib.sha256(credential).digest()
-        address = address_key(scope.get("client"))
         good = self._is_good(token)
-        wait = self._buckets.wait_s(token) or (0.0 if good else self._buckets.wait_s(address))
+        wait = self._buckets.wait_s(token)
+        keys: tuple[bytes, ...] = (token,)
+        if not good:  # a good token passes its address's limit: the address is not even looked at
+            address = address_key(scope.get("client"))
+            keys = (token, address)
+            wait = wait or self._buckets.wait_s(address)
         if wait:
             message = "too many failed authentications from this token or address: retry later"
             await refusal(send, 429, "AUTH_RATE_LIMITED", message, {"Retry-After": str(math.ceil(wait))})
@@ -238,7 +242,6 @@ class AuthFailures:
         # A key with failures already is charged before the answer, and given back unless it is a 401, so that
         # requests in flight at once cannot each pass on its last unit of allowance; a key without failures is
         # charged after a 401 only (a fresh token's parallel first requests are not held to the burst).
-        keys = (token,) if good else (token, address)
         held = tuple(k for k in keys if not self._buckets.full(k))
         for key in held:
             self._buckets.charge(key)
