@@ -81,7 +81,10 @@ class _Lingering:
 
     def _end_of_pass(self) -> None:
         self._flush_due = False
-        self.flush()
+        if self._inner.is_closing():
+            self.lost()  # closed under us (the peer went away): there is no one to send it to
+        else:
+            self.flush()
 
     def flush(self) -> None:
         """Hand what is held to the transport, as one write."""
