@@ -6,6 +6,8 @@ benchmarks/door.py).
 
 from __future__ import annotations
 
+import gzip
+import http.client
 import socket
 import time
 from collections.abc import Iterator
@@ -14,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import gpupool.web
 from door_probe import (
     Flood,
     big_body,
@@ -153,3 +156,22 @@ def test_log_requests_for_an_agent_that_never_answers_leave_the_api_and_heartbea
     assert max(s for _, s in answers) < 5 + 3, sorted(s for _, s in answers)[-5:]
     assert sum(code == 503 for code, _ in answers) >= 90  # 16 slots, an agent at most 4 of them
     assert p(run.api, 0.9) < 2.0 and p(run.beats, 0.9) < 2.0, run  # before: 10.6 s, heartbeats timed out
+
+
+def test_a_large_asset_streams_whole_plain_and_gzipped_on_one_keep_alive_connection(server: ServerProc) -> None:
+    # 1.8 MB, read and sent in chunks (and gzipped as it streams): past what the transport wrapper holds.
+    asset = Path(gpupool.web.__file__).parent / "static" / "vendor" / "swagger-ui-bundle.js"
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
+    try:
+        for encoding in ("gzip", "identity", "gzip"):
+            conn.request("GET", "/ui/static/vendor/swagger-ui-bundle.js", headers={"Accept-Encoding": encoding})
+            r = conn.getresponse()
+            body = r.read()
+            assert (r.status, r.getheader("content-encoding", "identity")) == (200, encoding), r.getheaders()
+            assert (gzip.decompress(body) if encoding == "gzip" else body) == asset.read_bytes()
+        conn.request("GET", "/healthz")
+        r = conn.getresponse()
+        assert (r.status, r.read()[:1]) == (200, b"{")
+        assert conn.sock is not None  # one connection throughout: http.client reconnects only if closed
+    finally:
+        conn.close()
