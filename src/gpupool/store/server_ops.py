@@ -556,8 +556,12 @@ def fabric_version(store: Store) -> int | None:
 
 
 def topology_key(store: Store) -> tuple[object, ...]:
-    """What the scheduling fabric depends on, read cheaply: the stored fabric's version and the agents' set."""
+    """What the scheduling fabric depends on, read cheaply: the stored fabric's version, and the agents' set
+    only when none was imported (the synthetic fabric is built from them; an imported one is not, and the
+    loop asks every cycle: at a thousand agents that read was most of an idle cycle's store time)."""
     with store._tx(write=False) as s:
         version = s.scalar(select(FabricRow.version).where(FabricRow.id == 1))
+        if version is not None:
+            return (version,)
         agents = tuple(s.execute(select(AgentRow.host, AgentRow.registered_s).order_by(AgentRow.host)).all())
     return (version, tuple(tuple(a) for a in agents))
