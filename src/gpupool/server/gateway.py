@@ -419,10 +419,11 @@ class AgentGateway:
 
         Absence proves nothing about a launch the agent had not received when it built the beat: a launch sent
         just before a cancel may still be on its way, or carried out after this beat left. So a beat counts
-        only once it was built ``settle`` (two beats) after the stop, by the server's clock: the agent says
-        which reply it had carried out (``seen_server_s``); for an older agent, the beat's arrival stands in."""
+        only once it was built ``settle`` (two beats, at the longest interval an agent may still beat at) after
+        the stop, by the server's clock: the agent says which reply it had carried out (``seen_server_s``); for
+        an older agent, the beat's arrival stands in."""
         listed = {w.assignment_id: w for w in workloads}
-        now, settle = self._clock(), 2 * self._pace.interval_s()
+        now, settle = self._clock(), 2 * self._pace.beating_s()
         built_after = now if seen_server_s is None else seen_server_s
         gone = []
         for a in self._hosts.assignments(host):

@@ -97,13 +97,17 @@ class BeatPace:
                 self._told, self._told_at = interval, now
         return interval
 
-    def lost_after_s(self) -> float:
-        """How long a node may be silent before it is lost (of the server's own progress)."""
+    def beating_s(self) -> float:
+        """The longest interval an agent may still beat at: the fleet's, or a longer one told lately."""
         interval, now = self._for_fleet(), self._clock()
         with self._lock:
             if now - self._told_at <= 2 * self._told:
                 interval = max(interval, self._told)
-        return max(self._lost_after_s, 3 * interval)
+        return interval
+
+    def lost_after_s(self) -> float:
+        """How long a node may be silent before it is lost (of the server's own progress)."""
+        return max(self._lost_after_s, 3 * self.beating_s())
 
 
 class IntakeWatch:

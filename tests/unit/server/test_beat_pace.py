@@ -40,10 +40,11 @@ def test_a_shrinking_fleet_keeps_the_longest_interval_told_until_every_agent_had
     fleet.nodes, fleet.t = 100, 10.0
     assert p.interval_s() == 5.0  # the new interval is told at once
     assert p.lost_after_s() == 180.0  # but silence is still judged on the 60 s some agents were told
+    assert p.beating_s() == 60.0  # and so is a releasing rank's absence from beats (two of them)
     fleet.t = 119.0
     assert p.lost_after_s() == 180.0
     fleet.t = 121.0  # two of the old intervals since it was last told: every beating agent has been told 5 s
-    assert p.lost_after_s() == 30.0
+    assert (p.lost_after_s(), p.beating_s()) == (30.0, 5.0)
 
 
 def test_silence_is_not_judged_on_an_interval_never_told() -> None:
