@@ -35,6 +35,7 @@ import uvloop
 
 Shape = tuple[int, int, float]  # tasks, GPUs per task, weight in the mix
 SHAPES: tuple[Shape, ...] = ((1, 1, 0.70), (1, 8, 0.20), (2, 8, 0.07), (4, 8, 0.03))
+AGENT_TIMEOUT_S = 5.0  # the agent's HTTP timeout for beats and reports (agent/reporter.py)
 
 
 class Conn:
@@ -46,6 +47,8 @@ class Conn:
 
     async def call(self, path: str, token: str, body: bytes, extra: str = "") -> tuple[int, bytes]:
         for attempt in range(2):
+            if self.rw is not None and self.rw[1].is_closing():
+                self.close()  # the server closed it while idle (its keep-alive timeout): a new one
             fresh = self.rw is None
             if self.rw is None:
                 self.rw = await asyncio.open_connection("127.0.0.1", self.port)
@@ -61,8 +64,8 @@ class Conn:
                 at = lower.find(b"content-length:")
                 length = int(lower[at + 15 : lower.index(b"\r\n", at)]) if at >= 0 else 0
                 data = await reader.readexactly(length)
-            except (ConnectionError, asyncio.IncompleteReadError):
-                self.close()
+            except (ConnectionError, asyncio.IncompleteReadError, RuntimeError):
+                self.close()  # RuntimeError: uvloop's write on a transport closed under it
                 if fresh or attempt:  # a request on a connection the server had closed while idle: once more
                     raise
                 continue
@@ -78,15 +81,26 @@ class Conn:
 
 
 class Pool:
-    def __init__(self, port: int, size: int) -> None:
+    """Keep-alive connections shared by requests; a request unanswered within ``timeout_s`` (the agent's HTTP
+    timeout, 5 s) raises ``TimeoutError`` and its connection is dropped, as httpx drops it."""
+
+    def __init__(self, port: int, size: int, timeout_s: float | None = None) -> None:
         self._free: asyncio.Queue[Conn] = asyncio.Queue()
+        self._timeout_s = timeout_s
         for _ in range(size):
             self._free.put_nowait(Conn(port))
 
-    async def call(self, path: str, token: str, body: bytes, extra: str = "") -> tuple[int, bytes]:
+    async def call(
+        self, path: str, token: str, body: bytes, extra: str = "", *, limited: bool = True
+    ) -> tuple[int, bytes]:
+        """``limited`` False: no timeout (a registration, which the setup waits for: one whose answer was cut off
+        would find its name taken until the node is lost)."""
         conn = await self._free.get()
         try:
-            return await conn.call(path, token, body, extra)
+            return await asyncio.wait_for(conn.call(path, token, body, extra), self._timeout_s if limited else None)
+        except TimeoutError:
+            conn.close()
+            raise
         finally:
             self._free.put_nowait(conn)
 
@@ -97,6 +111,7 @@ class Stats:
     beats: int = 0
     reports: int = 0
     errors: int = 0
+    timeouts: int = 0  # beats and reports unanswered within the agent's HTTP timeout (also in errors)
     launched: int = 0
     acked: int = 0
     launches: list[dict[str, Any]] = field(default_factory=list)
@@ -124,7 +139,9 @@ class Fleet:
     def __init__(self, port: int, hosts: list[str], pool: int, rng: np.random.Generator) -> None:
         self.port, self.rng = port, rng
         self.nodes = [Node(h) for h in hosts]
-        self.pool = Pool(port, pool)
+        # As many connections as nodes: each agent beats and reports on its own keep-alive connection, so a
+        # report waits for the server, never for another node's request (a smaller pool queues them here).
+        self.pool = Pool(port, pool or len(hosts), timeout_s=AGENT_TIMEOUT_S)
         self.stats = Stats()
         self.stop = asyncio.Event()
         self.by_aid: dict[str, dict[str, Any]] = {}  # launch records, filled in as reports are answered
@@ -142,7 +159,7 @@ class Fleet:
             body = json.dumps({"host": node.host, "gpus": gpus, "agent_version": "e2e-bench"}).encode()
             for attempt in range(10):  # as the agent does: a refused registration (a 503) is tried again
                 async with gate:
-                    status, data = await self.pool.call("/v1/agents/register", join, body)
+                    status, data = await self.pool.call("/v1/agents/register", join, body, limited=False)
                 if status == 200:
                     break
                 print(f"register {node.host}: {status} {data[:200]!r}", file=sys.stderr)
@@ -207,6 +224,8 @@ class Fleet:
             return
         ended = {**status, "state": "exited", "exit_code": code, "at_s": time.time()}
         node.ended[aid] = ended
+        if (rec := self.by_aid.get(aid)) is not None:
+            rec["ended"] = ended["at_s"]
         self.send(node, ended)
 
     # -- reports -------------------------------------------------------------------------------------------
@@ -223,6 +242,9 @@ class Fleet:
             status, _ = await self.pool.call(f"/v1/agents/{node.host}/reports", node.token, body)
         except (ConnectionError, asyncio.IncompleteReadError):
             status = 0
+        except TimeoutError:
+            status = 0
+            self.stats.timeouts += 1
         self.stats.reports += 1
         if status != 204:
             self.stats.errors += 1  # the next beat carries the states (it lists what runs and what ended)
@@ -233,6 +255,8 @@ class Fleet:
             if w["state"] == "running" and rec is not None and "acked" not in rec:
                 rec["acked"] = now
                 self.stats.acked += 1
+            elif w["state"] == "exited" and rec is not None:
+                rec.setdefault("end_acked", now)
 
     # -- heartbeats ----------------------------------------------------------------------------------------
     async def beats(self, node: Node) -> None:
@@ -251,6 +275,9 @@ class Fleet:
                 status, data = await self.pool.call(f"/v1/agents/{node.host}/heartbeat", node.token, body)
             except (ConnectionError, asyncio.IncompleteReadError):
                 status, data = 0, b""
+            except TimeoutError:
+                status, data = 0, b""
+                self.stats.timeouts += 1
             self.stats.beats += 1
             seq += 1
             if status == 200:
@@ -289,6 +316,7 @@ async def run_nodes(args: argparse.Namespace) -> None:
             f.write(json.dumps({"aid": aid, **rec}) + "\n")
     s = fleet.stats
     summary = {"polls": s.polls, "beats": s.beats, "reports": s.reports, "errors": s.errors, "launched": s.launched}
+    summary["timeouts"] = s.timeouts
     print(json.dumps({**summary, "acked": s.acked, "cpu_s": round(time.process_time(), 2)}), flush=True)
 
 
@@ -349,7 +377,7 @@ def main() -> None:
     nodes = sub.add_parser("nodes")
     nodes.add_argument("--hosts", required=True, help="a file of host names, one a line")
     nodes.add_argument("--join", required=True)
-    nodes.add_argument("--pool", type=int, default=16, help="connections for beats and reports")
+    nodes.add_argument("--pool", type=int, default=0, help="connections for beats and reports (0: one per node)")
     nodes.add_argument("--max-s", type=float, default=900.0)
     submit = sub.add_parser("submit")
     submit.add_argument("--token", required=True)

@@ -7,16 +7,19 @@ Setup: the server starts at its default settings (log level warning); a SuperPOD
 DGX H100 hosts, the first ``--nodes`` of them registered) is stored first, so placement follows the topology;
 each client process registers its share of the nodes through ``/v1/agents/register``, then keeps each node's
 commands long-poll open, acknowledges every launch with a report of ``running`` at once, reports ``exited 0``
-after the job's duration and beats at the server's interval. Then a submitter process streams ``--rate`` jobs
-per second for ``--seconds`` as job arrays (the bulk submit: one request per shape per 0.1 s), a mix of 1-GPU
-(70%), 8-GPU (20%), 2x8 (7%) and 4x8 (3%) jobs running ``--min/max-duration-s`` each, so capacity recycles.
+after the job's duration and beats at the server's interval; each node beats and reports on a keep-alive
+connection of its own, as each agent has one, with the agent's 5 s timeout. Then a submitter process streams
+``--rate`` jobs per second for ``--seconds`` as job arrays (the bulk submit: one request per shape per 0.1 s), a
+mix of 1-GPU (70%), 8-GPU (20%), 2x8 (7%) and 4x8 (3%) jobs running ``--min/max-duration-s`` each, so capacity
+recycles.
 
 One JSON line: placements committed per second while the stream ran (the server's
 ``gpupool_placements_total``), rank launches acknowledged and jobs launched (every rank acknowledged) per
 second over the same window, p50/p99/max submit -> launched (the array request's send time to its job's last
-rank acknowledged, both on this machine's clock), jobs never launched within ``--drain-s``, client errors,
-server and clients' CPU seconds and the server's peak resident memory (``/proc``), load average. Stops by
-itself; only 127.0.0.1.
+rank acknowledged, both on this machine's clock), p50/p99 of a report's answer (running or exited: an ended
+rank's GPUs are held until its report is stored), jobs never launched within ``--drain-s``, client errors and
+timeouts, server and clients' CPU seconds and the server's peak resident memory (``/proc``), load average.
+Stops by itself; only 127.0.0.1.
 
     .venv/bin/python benchmarks/e2e_throughput.py                                    # 1,000 nodes, 30 s at 1,000/s
     .venv/bin/python benchmarks/e2e_throughput.py --nodes 100 --rate 100 --seconds 20   # a quick look
@@ -176,6 +179,9 @@ def analyse(tmp: Path, clients: int, window: tuple[float, float]) -> dict[str, A
             ranks.setdefault(r["job"], []).append(r)
     t0, t1 = window
     latencies, acks_in, jobs_in = [], 0, 0
+    # A report's answer: "running" sent at the launch's receipt, "exited" at its end (the GPUs stay held till then)
+    answers = [r["acked"] - r["received"] for rs in ranks.values() for r in rs if "acked" in r]
+    answers += [r["end_acked"] - r["ended"] for rs in ranks.values() for r in rs if "end_acked" in r]
     for rs in ranks.values():
         acks_in += sum(1 for r in rs if t0 <= r.get("acked", 0) <= t1)
         if len(rs) < rs[0]["ranks"] or any("acked" not in r for r in rs) or rs[0]["array"] not in arrays:
@@ -195,6 +201,8 @@ def analyse(tmp: Path, clients: int, window: tuple[float, float]) -> dict[str, A
         "submit_to_launched_p99_s": percentile(latencies, 0.99),
         "submit_to_launched_max_s": round(max(latencies), 3) if latencies else None,
         "submit_answer_p99_s": percentile([a["answered"] - a["sent"] for a in arrays.values()], 0.99),
+        "report_answer_p50_s": percentile(answers, 0.5),
+        "report_answer_p99_s": percentile(answers, 0.99),
     }
 
 
@@ -278,6 +286,7 @@ def run(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
         **server_counts(m0, m1, m2, t1 - t0),
         "drained_after_s": round(drained_s, 1),
         "client_errors": sum(s["errors"] for s in summaries),
+        "client_timeouts": sum(s["timeouts"] for s in summaries),
         **{k: sum(s[k] for s in summaries) for k in ("polls", "beats", "reports")},
         "server_cpu_s": round(cpu1 - cpu0, 1),
         "server_cpu_total_s": round(cpu2 - cpu0, 1),

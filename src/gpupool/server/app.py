@@ -147,7 +147,17 @@ def create_app(
             srv.close()
 
     # /docs serves Swagger UI from the package (see openapi.py): FastAPI's loads it and ReDoc from a CDN.
-    app = FastAPI(title="gpupool", version="1", lifespan=lifespan, responses=_errors(), docs_url=None, redoc_url=None)
+    # FastAPI's own OpenTelemetry hooks off: gpupool exports Prometheus metrics and JSON logs, and with the hooks on
+    # every request asks OpenTelemetry for its providers (environment lookups, ~5 us) before any middleware runs.
+    app = FastAPI(
+        title="gpupool",
+        version="1",
+        lifespan=lifespan,
+        responses=_errors(),
+        docs_url=None,
+        redoc_url=None,
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
     app.state.server = srv
     app.state.log_fetcher = logs
     app.add_exception_handler(GpupoolError, _error)
