@@ -7,11 +7,11 @@ Setup: the server starts at its default settings (log level warning); a SuperPOD
 DGX H100 hosts, the first ``--nodes`` of them registered) is stored first, so placement follows the topology;
 each client process registers its share of the nodes through ``/v1/agents/register``, then keeps each node's
 commands long-poll open, acknowledges every launch with a report of ``running`` at once, reports ``exited 0``
-after the job's duration and beats at the server's interval; each node beats and reports on a keep-alive
-connection of its own, as each agent has one, with the agent's 5 s timeout. Then a submitter process streams
-``--rate`` jobs per second for ``--seconds`` as job arrays (the bulk submit: one request per shape per 0.1 s), a
-mix of 1-GPU (70%), 8-GPU (20%), 2x8 (7%) and 4x8 (3%) jobs running ``--min/max-duration-s`` each, so capacity
-recycles.
+after the job's duration and beats at the server's interval; a client process keeps as many keep-alive
+connections for beats and reports as it has nodes (each agent has its own), with the agent's 5 s timeout.
+Then a submitter process streams ``--rate`` jobs per second for ``--seconds`` as job arrays (the bulk submit:
+one request per shape per 0.1 s), a mix of 1-GPU (70%), 8-GPU (20%), 2x8 (7%) and 4x8 (3%) jobs running
+``--min/max-duration-s`` each, so capacity recycles.
 
 One JSON line: placements committed per second while the stream ran (the server's
 ``gpupool_placements_total``), rank launches acknowledged and jobs launched (every rank acknowledged) per
