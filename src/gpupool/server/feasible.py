@@ -56,7 +56,10 @@ class Facts:
 
 
 def facts(nodes: Iterable[NodeRecord], pools: Iterable[str]) -> Facts:
-    listed = tuple(_node_facts(n) for n in nodes)
+    return _facts(tuple(_node_facts(n) for n in nodes), pools)
+
+
+def _facts(listed: tuple[NodeFacts, ...], pools: Iterable[str]) -> Facts:
     return Facts(listed, frozenset(pools), _sizes(listed))
 
 
@@ -168,24 +171,24 @@ class SubmitCheck:
                 return
             with self._lock:
                 recent = not self._removed and (self._known is None or self._clock() - self._at >= self._ttl_s)
-            if recent and never_runs(job, self._read(self._recent)) is None:
+            if recent and never_runs(job, self._read(fresh=False)) is None:
                 return
-            err = never_runs(job, self._read(self._fresh))
+            err = never_runs(job, self._read(fresh=True))
         if err is not None:
             raise err
 
-    def _read(self, nodes: Callable[[], Sequence[NodeRecord]]) -> Facts:
-        """The facts of ``nodes()`` and the pools, kept unless something was removed meanwhile."""
+    def _read(self, *, fresh: bool) -> Facts:
+        """The facts of the nodes (the store's when ``fresh``, else the host cache's) and the pools, kept unless
+        something was removed meanwhile."""
         with self._lock:
             epoch = self._epoch
         now = self._clock()
-        listed = self._facts_of(nodes())
-        known = Facts(listed, frozenset(self._pools()), _sizes(listed))
+        known = _facts(self._facts_of((self._fresh if fresh else self._recent)()), self._pools())
         with self._lock:
             if self._epoch == epoch:  # else something was removed meanwhile: this read may not show it
                 # No node yet: not kept, so the first nodes to register count at the next submit, not a ttl later.
                 self._known, self._at = (known if known.nodes else None), now
-                self._removed = self._removed and nodes is not self._fresh
+                self._removed = self._removed and not fresh
         return known
 
     def _facts_of(self, nodes: Sequence[NodeRecord]) -> tuple[NodeFacts, ...]:

@@ -146,10 +146,10 @@ def test_the_facts_of_an_unchanged_node_record_are_made_once() -> None:
     nodes = list(NODES)
     recent, clock = _Reads(nodes), [0.0]
     fits = SubmitCheck(recent, recent, lambda: (), 1.0, lambda: clock[0])
-    first = fits._read(recent)
+    first = fits._read(fresh=False)
     recent.nodes[2] = node("c", 4, "A100", zone="z")
     clock[0] = 2.0
-    second = fits._read(recent)
+    second = fits._read(fresh=False)
     assert [a is b for a, b in zip(first.nodes, second.nodes, strict=True)] == [True, True, False]
     assert second.nodes[2].labels == frozenset({("zone", "z")})
     with pytest.raises(NoMatchingNodesError):
