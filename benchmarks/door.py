@@ -29,12 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from door_probe import Flood, big_body, held_connections, p, raise_nofile, rss_mib, silent_agent_logs, timed_requests
-from procs import ServerProc, until
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from procs import ServerProc, cpu_s, until
 
 
 def summary(took: list[float]) -> dict[str, float]:

@@ -16,10 +16,15 @@ import json
 import multiprocessing
 import os
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from procs import cpu_s
 
 BODY = b'{"node": "n1", "gpus": [' + b",".join(b'{"i": %d, "util": 90.0, "temp": 60}' % i for i in range(8)) + b"]}"
 ANSWER = b'{"ok": true, "commands": []}'
@@ -47,11 +52,6 @@ def serve(port: int) -> None:
     limited = BodyLimit(app, max_body_bytes=1 << 20, max_admin_body_bytes=1 << 20, body_timeout_s=10, is_admin=is_admin)
     top = RequestIds(AuthFailures(limited, burst=20, per_s=1.0))
     uvicorn.run(top, host="127.0.0.1", port=port, http=DoorHttp, log_level="warning", access_log=False, lifespan="off")
-
-
-def server_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def load(port: int, clients: int, seconds: float) -> int:
@@ -104,9 +104,9 @@ def main() -> None:
                     raise
                 time.sleep(0.05)
         load(port, args.clients, 2.0)  # warm-up
-        cpu0, wall0 = server_cpu_s(proc.pid), time.monotonic()
+        cpu0, wall0 = cpu_s(proc.pid), time.monotonic()
         n = load(port, args.clients, args.seconds)
-        cpu_s, wall_s = server_cpu_s(proc.pid) - cpu0, time.monotonic() - wall0
+        used_s, wall_s = cpu_s(proc.pid) - cpu0, time.monotonic() - wall0
     finally:
         proc.terminate()
         proc.join()
@@ -114,7 +114,7 @@ def main() -> None:
         "benchmark": "door_wire",
         "requests": n,
         "requests_per_s": round(n / wall_s, 1),
-        "server_cpu_us_per_request": round(cpu_s / n * 1e6, 1),
+        "server_cpu_us_per_request": round(used_s / n * 1e6, 1),
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
     print(json.dumps(out))

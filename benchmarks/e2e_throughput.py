@@ -48,14 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from gpupool.fabric import jsonio
 from gpupool.fabric.generators import superpod
-from procs import ADMIN, PG, ServerProc
+from procs import ADMIN, PG, ServerProc, cpu_s
 
 HERE = Path(__file__).resolve().parent
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mib(pid: int) -> float:

@@ -28,12 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from ledger import percentile
 from patroni_cluster import Fault, PatroniCluster, failover_burst, missing
-from procs import ServerProc, setup_pool
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from procs import ServerProc, cpu_s, setup_pool
 
 
 def main() -> None:

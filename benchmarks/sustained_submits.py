@@ -40,12 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from gpupool.schemas.agent import GpuInfo, RegisterRequest
 from gpupool.store import ServerOps, Store
 from gpupool.store.agents import Registrant
-from procs import ADMIN, ServerProc, until
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from procs import ADMIN, ServerProc, cpu_s, until
 
 
 def rss_mib(pid: int) -> tuple[float, float]:

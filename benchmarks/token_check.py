@@ -27,12 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from procs import ADMIN, ServerProc, pg_schema
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from procs import ADMIN, ServerProc, cpu_s, pg_schema
 
 
 def _run(base: str, pid: int, token: str, n: int) -> dict[str, float]:

@@ -29,18 +29,12 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from procs import ADMIN
+from procs import ADMIN, cpu_s
 from webcluster import WebCluster, wait_placed, web_cluster
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
-
-
-def cpu_s(pid: int) -> float:
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def first_draws(ctx: Any, base: str, runs: int) -> list[dict[str, float]]:
